@@ -1,0 +1,7 @@
+"""`assistant bench ...`: benchmarks that print ratios against a baseline run alongside."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="Benchmarks (engine, retrieval).", no_args_is_help=True)
