@@ -1,0 +1,280 @@
+"""The Llama-family network (Llama 2/3, SmolLM2, Qwen2) over a paged KV cache.
+
+One forward pass takes a flat batch of tokens from many sequences (prefill chunks and
+decodes mixed): every linear layer sees all of them at once; only attention needs to know
+which token belongs to which sequence, and that comes from `AttentionBatch`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from model.config import ModelConfig, UnsupportedModelError
+
+BLOCK_SIZE = 16
+
+
+def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
+    """Per-pair rotation frequencies, with HF-style `rope_scaling` (default, linear, llama3)."""
+    dim = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    scaling = config.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return inv_freq
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    if kind == "llama3":
+        return _llama3_frequencies(inv_freq, scaling)
+    raise UnsupportedModelError(
+        f"RoPE scaling '{kind}' is not supported; use a model with default, linear or llama3 RoPE."
+    )
+
+
+def _llama3_frequencies(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
+    # Long wavelengths are slowed down by `factor`, short ones kept, the band between blended.
+    factor = scaling["factor"]
+    low, high = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+    old_len = scaling.get("original_max_position_embeddings", 8192)
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+    return torch.where(medium, blended, scaled)
+
+
+@dataclass(slots=True)
+class PrefillSpan:
+    """One sequence's run of new tokens (a prompt chunk) inside the flat batch."""
+
+    start: int  # offset of its first new token in the flat batch
+    length: int  # number of new tokens
+    context: int  # tokens already in the cache before this chunk
+    slots: (
+        torch.Tensor | None
+    )  # cache slots of all context + length positions; None if context == 0
+
+
+@dataclass(slots=True)
+class AttentionBatch:
+    """Where each token's K/V goes, and what each query may attend to.
+
+    Decode tokens (one new token per sequence) come first in the flat batch and are handled
+    together as one padded batch; prefill spans follow, one attention call each.
+    """
+
+    slot_mapping: torch.Tensor  # [T] cache slot (block * BLOCK_SIZE + offset) for each new token
+    num_decodes: int = 0
+    decode_slots: torch.Tensor | None = None  # [D * L] slots of each decode's context, padded
+    decode_mask: torch.Tensor | None = None  # [D, 1, 1, L] True where the key is real
+    decode_len: int = 0  # L
+    prefills: tuple[PrefillSpan, ...] = ()
+
+
+class KVCache:
+    """Per layer K and V tensors of shape [num_blocks, BLOCK_SIZE, n_kv_heads, head_dim]."""
+
+    def __init__(
+        self, config: ModelConfig, num_blocks: int, dtype: torch.dtype, device: torch.device
+    ) -> None:
+        shape = (num_blocks, BLOCK_SIZE, config.num_key_value_heads, config.head_dim)
+        self.num_blocks = num_blocks
+        self.keys = [
+            torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)
+        ]
+        self.values = [
+            torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)
+        ]
+
+    @staticmethod
+    def bytes_per_block(config: ModelConfig, dtype: torch.dtype) -> int:
+        per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim
+        return per_token * BLOCK_SIZE * torch.tensor([], dtype=dtype).element_size()
+
+
+@dataclass(slots=True)
+class LayerWeights:
+    input_norm: torch.Tensor
+    qkv: torch.Tensor  # q, k and v projections stacked: one matmul instead of three
+    qkv_bias: torch.Tensor | None
+    out: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor  # gate and up projections stacked
+    down: torch.Tensor
+
+
+class LlamaModel:
+    """The network as plain tensors; `forward` is the whole computation of one step."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        weights: dict[str, torch.Tensor],
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
+        self.config = config
+        self.device = device
+        self.dtype = dtype
+        self.n_heads = config.num_attention_heads
+        self.n_kv = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.eps = config.rms_norm_eps
+
+        def take(name: str) -> torch.Tensor:
+            if name not in weights:
+                raise UnsupportedModelError(f"The weights have no tensor '{name}'.")
+            return weights[name].to(device=device, dtype=dtype).contiguous()
+
+        self.embed = take("model.embed_tokens.weight")
+        self.final_norm = take("model.norm.weight")
+        untied = "lm_head.weight" in weights and not config.tie_word_embeddings
+        self.lm_head = take("lm_head.weight") if untied else self.embed
+        self.layers = [self._layer(take, i) for i in range(config.num_hidden_layers)]
+        self._init_rope()
+
+    def _layer(self, take, i: int) -> LayerWeights:
+        p = f"model.layers.{i}."
+        attn = p + "self_attn."
+        qkv = torch.cat([take(attn + f"{n}_proj.weight") for n in "qkv"])
+        bias = None
+        if self.config.attention_bias:
+            bias = torch.cat([take(attn + f"{n}_proj.bias") for n in "qkv"])
+        gate_up = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")])
+        return LayerWeights(
+            input_norm=take(p + "input_layernorm.weight"),
+            qkv=qkv,
+            qkv_bias=bias,
+            out=take(attn + "o_proj.weight"),
+            post_norm=take(p + "post_attention_layernorm.weight"),
+            gate_up=gate_up,
+            down=take(p + "mlp.down_proj.weight"),
+        )
+
+    def _init_rope(self) -> None:
+        # Tables computed once in float64 then cast: cos/sin for every position, both halves.
+        inv_freq = rope_inverse_frequencies(self.config)
+        positions = torch.arange(self.config.max_position_embeddings, dtype=torch.float64)
+        angles = torch.outer(positions, inv_freq)
+        angles = torch.cat([angles, angles], dim=-1)
+        self.rope_cos = angles.cos().to(device=self.device, dtype=self.dtype)
+        self.rope_sin = angles.sin().to(device=self.device, dtype=self.dtype)
+
+    def new_cache(self, num_blocks: int) -> KVCache:
+        return KVCache(self.config, num_blocks, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        batch: AttentionBatch,
+        cache: KVCache,
+        logits_indices: torch.Tensor,
+    ) -> torch.Tensor:
+        """Logits [len(logits_indices), vocab] (float32) for the chosen positions of the batch."""
+        if int(positions.max()) >= self.config.max_position_embeddings:
+            raise ValueError(
+                f"Position {int(positions.max())} is beyond the model's context window "
+                f"of {self.config.max_position_embeddings} tokens."
+            )
+        cos = self.rope_cos[positions].unsqueeze(1)
+        sin = self.rope_sin[positions].unsqueeze(1)
+        x = self.embed[input_ids]
+        for i, layer in enumerate(self.layers):
+            h = rms_norm(x, layer.input_norm, self.eps)
+            h = self._attention(h, layer, cos, sin, batch, cache.keys[i], cache.values[i])
+            x = x + h
+            h = rms_norm(x, layer.post_norm, self.eps)
+            gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.down)
+        x = rms_norm(x[logits_indices], self.final_norm, self.eps)
+        return F.linear(x, self.lm_head).float()
+
+    def _attention(
+        self,
+        x: torch.Tensor,
+        layer: LayerWeights,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        batch: AttentionBatch,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        n = x.shape[0]
+        hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
+        qkv = F.linear(x, layer.qkv, layer.qkv_bias)
+        q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+        q = apply_rope(q.view(n, nh, hd), cos, sin)
+        k = apply_rope(k.view(n, nkv, hd), cos, sin)
+        v = v.view(n, nkv, hd)
+        flat_k = k_cache.view(-1, nkv, hd)
+        flat_v = v_cache.view(-1, nkv, hd)
+        flat_k.index_copy_(0, batch.slot_mapping, k)
+        flat_v.index_copy_(0, batch.slot_mapping, v)
+        out = torch.empty_like(q)
+        if batch.num_decodes:
+            d = batch.num_decodes
+            out[:d] = self._decode_attention(q[:d], flat_k, flat_v, batch)
+        for span in batch.prefills:
+            rows = slice(span.start, span.start + span.length)
+            out[rows] = self._prefill_attention(q[rows], k[rows], v[rows], flat_k, flat_v, span)
+        return F.linear(out.view(n, nh * hd), layer.out)
+
+    def _decode_attention(
+        self, q: torch.Tensor, flat_k: torch.Tensor, flat_v: torch.Tensor, batch: AttentionBatch
+    ) -> torch.Tensor:
+        d, length = batch.num_decodes, batch.decode_len
+        keys = flat_k.index_select(0, batch.decode_slots).view(d, length, self.n_kv, -1)
+        values = flat_v.index_select(0, batch.decode_slots).view(d, length, self.n_kv, -1)
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(2),  # [D, H, 1, hd]
+            keys.transpose(1, 2),
+            values.transpose(1, 2),
+            attn_mask=batch.decode_mask,
+            enable_gqa=True,
+        )
+        return out.squeeze(2)
+
+    def _prefill_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        flat_k: torch.Tensor,
+        flat_v: torch.Tensor,
+        span: PrefillSpan,
+    ) -> torch.Tensor:
+        mask = None
+        if span.context:
+            # Earlier chunks are in the cache: attend to them plus this chunk, causally.
+            k = flat_k.index_select(0, span.slots)
+            v = flat_v.index_select(0, span.slots)
+            total = span.context + span.length
+            rows = torch.arange(span.length, device=q.device).unsqueeze(1) + span.context
+            mask = torch.arange(total, device=q.device).unsqueeze(0) <= rows
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1).unsqueeze(0),
+            k.transpose(0, 1).unsqueeze(0),
+            v.transpose(0, 1).unsqueeze(0),
+            attn_mask=mask,
+            is_causal=mask is None,
+            enable_gqa=True,
+        )
+        return out.squeeze(0).transpose(0, 1)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, weight.shape, weight, eps)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each head's two halves (HF's rotate_half layout) by the position's angles."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
