@@ -31,3 +31,11 @@ def hf_reference(gguf_path: Path):
         gguf_path.parent, dtype=torch.float32, **kwargs
     ).eval()
     return model, tokenizer
+
+
+@pytest.fixture(scope="session")
+def loaded_model(gguf_path: Path):
+    """The engine's own load of the bundled GGUF (weights, config, tokenizer)."""
+    from model.loader import load_model
+
+    return load_model(gguf_path, progress=False)
