@@ -15,7 +15,7 @@ _MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _MD_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 _MD_LIST = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
-_HTML_DROP = ("script", "style", "noscript", "template", "svg", "iframe", "head", "nav")
+_HTML_DROP = ("script", "style", "noscript", "template", "svg", "iframe", "head", "nav", "footer")
 _HTML_BLOCKS = {"p", "pre", "blockquote", "dt", "dd", "figcaption", "address", "summary"}
 _HTML_INLINE = {
     "a", "abbr", "b", "i", "em", "strong", "span", "code", "small", "sub", "sup", "u",
@@ -274,6 +274,8 @@ def _pdf_page(b: TextBuilder, text: str) -> None:
     for raw in text.splitlines():
         line = raw.strip()
         level = _plain_heading_level(line) if line else 0
+        if line and line == b.title and not b.has_headings:
+            level = 1
         if level or not line:
             b.block(" ".join(paragraph))
             paragraph = []

@@ -31,6 +31,10 @@ class TextBuilder:
     _stack: list[tuple[int, str]] = field(default_factory=list)
     _sections: list[_Open] = field(default_factory=list)
 
+    @property
+    def has_headings(self) -> bool:
+        return bool(self._stack)
+
     def heading(self, level: int, text: str) -> None:
         text = " ".join(text.split())
         if not text:
