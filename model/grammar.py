@@ -199,17 +199,11 @@ def apply_grammar_masks(
     logits: torch.Tensor, rows: list[int], matchers: list[GrammarMatcher]
 ) -> None:
     """Set to -inf, in place, every logit a row's grammar forbids as the next token."""
-    vocab = logits.shape[-1]
-    bitmask = xgr.allocate_token_bitmask(len(rows), vocab)
-    for i, matcher in enumerate(matchers):
-        matcher.fill_next_token_bitmask(bitmask, i)
-    allowed = unpack_bitmask(bitmask.to(logits.device), vocab)
-    index = torch.tensor(rows, device=logits.device)
-    logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
-
-
-def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """xgrammar's packed int32 bitmask [N, ceil(V/32)] -> bool [N, V] (True = allowed)."""
-    shifts = torch.arange(32, device=bitmask.device, dtype=torch.int32)
-    bits = (bitmask.unsqueeze(-1) >> shifts) & 1
-    return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].bool()
+    bitmask = xgr.allocate_token_bitmask(logits.shape[0], logits.shape[-1])
+    for row, matcher in zip(rows, matchers, strict=True):
+        matcher.fill_next_token_bitmask(bitmask, row)
+    # xgrammar's C++ kernel on the CPU; its plain-torch one on any other device (no Triton).
+    backend = "cpu" if logits.device.type == "cpu" else "torch_native"
+    xgr.apply_token_bitmask_inplace(
+        logits, bitmask.to(logits.device), indices=rows, backend=backend
+    )
