@@ -232,14 +232,16 @@ class LlamaModel:
         d, length = batch.num_decodes, batch.decode_len
         keys = flat_k.index_select(0, batch.decode_slots).view(d, length, self.n_kv, -1)
         values = flat_v.index_select(0, batch.decode_slots).view(d, length, self.n_kv, -1)
+        # One query per sequence: fold each KV head's group of query heads into the query
+        # axis ([D, n_kv, group, hd]) so keys and values are used as stored, never repeated.
+        group = self.n_heads // self.n_kv
         out = F.scaled_dot_product_attention(
-            q.unsqueeze(2),  # [D, H, 1, hd]
+            q.view(d, self.n_kv, group, -1),
             keys.transpose(1, 2),
             values.transpose(1, 2),
             attn_mask=batch.decode_mask,
-            enable_gqa=True,
         )
-        return out.squeeze(2)
+        return out.reshape(d, self.n_heads, -1)
 
     def _prefill_attention(
         self,

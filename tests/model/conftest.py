@@ -39,3 +39,15 @@ def loaded_model(gguf_path: Path):
     from model.loader import load_model
 
     return load_model(gguf_path, progress=False)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Run a module's small models on one thread: on a busy shared machine a second thread
+    only adds waiting at every op, and no result depends on the thread count."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

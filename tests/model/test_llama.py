@@ -28,6 +28,8 @@ VARIANTS = {
     "qwen2-bias-tied": dict(kind="qwen2", tied=True),
 }
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def hf_logits(hf_model, tokens: list[int]) -> torch.Tensor:
     with torch.no_grad():

@@ -36,7 +36,7 @@ def tiny_hf_model(
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
-        max_position_embeddings=1024,
+        max_position_embeddings=2048,
         tie_word_embeddings=tied,
         rope_parameters=rope,
         rms_norm_eps=1e-5,
