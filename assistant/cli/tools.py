@@ -62,13 +62,13 @@ def run(
 ) -> None:
     """Propose a tool call; without --yes a call with side effects waits for approval."""
     arguments = _parse_arguments(args)
-    services = Services()
-    calls = _tool_calls(services)
-    owner = _user(services, user)
-    with _progress(name):
-        view = calls.propose(owner, name, arguments)
-        if view.status == "pending_approval" and yes:
-            view = calls.approve(view.id, owner)
+    with _services() as services:
+        calls = _tool_calls(services)
+        owner = _user(services, user)
+        with _progress(name):
+            view = calls.propose(owner, name, arguments)
+            if view.status == "pending_approval" and yes:
+                view = calls.approve(view.id, owner)
     _report(view, as_json, user)
 
 
@@ -79,11 +79,11 @@ def approve(
     as_json: bool = AS_JSON,
 ) -> None:
     """Approve a pending call (its owner or an admin) and run it."""
-    services = Services()
-    calls = _tool_calls(services)
-    decider = _user(services, user)
-    with _progress(calls.get(call_id, decider).tool_name):
-        view = calls.approve(call_id, decider)
+    with _services() as services:
+        calls = _tool_calls(services)
+        decider = _user(services, user)
+        with _progress(calls.get(call_id, decider).tool_name):
+            view = calls.approve(call_id, decider)
     _report(view, as_json, user)
 
 
@@ -95,8 +95,8 @@ def reject(
     as_json: bool = AS_JSON,
 ) -> None:
     """Reject a pending call (its owner or an admin); it will never run."""
-    services = Services()
-    view = _tool_calls(services).reject(call_id, _user(services, user), reason)
+    with _services() as services:
+        view = _tool_calls(services).reject(call_id, _user(services, user), reason)
     _report(view, as_json, user)
 
 
@@ -107,15 +107,24 @@ def show(
     as_json: bool = AS_JSON,
 ) -> None:
     """Show a call and its audit trail."""
-    services = Services()
-    calls = _tool_calls(services)
-    viewer = _user(services, user)
-    data = calls.get(call_id, viewer).to_dict()
-    data["audit"] = [
-        {"event": e.event, "actor_id": e.actor_id, "at": e.at.isoformat(), "detail": e.detail}
-        for e in calls.audit(call_id, viewer)
-    ]
+    with _services() as services:
+        calls = _tool_calls(services)
+        viewer = _user(services, user)
+        data = calls.get(call_id, viewer).to_dict()
+        data["audit"] = [
+            {"event": e.event, "actor_id": e.actor_id, "at": e.at.isoformat(), "detail": e.detail}
+            for e in calls.audit(call_id, viewer)
+        ]
     typer.echo(json.dumps(data, indent=None if as_json else 2))
+
+
+@contextmanager
+def _services() -> Iterator[Services]:
+    services = Services()
+    try:
+        yield services
+    finally:
+        services.close()
 
 
 def _registry() -> Any:
