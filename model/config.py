@@ -52,6 +52,7 @@ class ModelConfig:
         arch = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}.get(model_type, model_type)
         heads = cfg["num_attention_heads"]
         eos = cfg.get("eos_token_id")
+        rope = cfg.get("rope_parameters") or {}  # transformers 5 folds rope_theta in here
         return cls(
             architecture=arch,
             vocab_size=cfg["vocab_size"],
@@ -62,8 +63,8 @@ class ModelConfig:
             num_key_value_heads=cfg.get("num_key_value_heads") or heads,
             head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
             rms_norm_eps=cfg.get("rms_norm_eps", 1e-5),
-            rope_theta=cfg.get("rope_theta", 10000.0),
-            rope_scaling=cfg.get("rope_scaling"),
+            rope_theta=cfg.get("rope_theta", rope.get("rope_theta", 10000.0)),
+            rope_scaling=_hf_rope_scaling(cfg.get("rope_scaling") or rope),
             max_position_embeddings=cfg.get("max_position_embeddings", 2048),
             tie_word_embeddings=cfg.get("tie_word_embeddings", False),
             attention_bias=cfg.get("attention_bias", arch == "qwen2"),
@@ -119,6 +120,15 @@ class ModelConfig:
         )
 
 
+def _hf_rope_scaling(scaling: dict[str, Any]) -> dict[str, Any] | None:
+    """HF's rope_scaling / rope_parameters -> {"rope_type": ..., ...}, or None for plain RoPE."""
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return None
+    rest = {k: v for k, v in scaling.items() if k not in ("rope_theta", "type")}
+    return rest | {"rope_type": kind}
+
+
 # Tokens that end a turn in the chat formats of the supported families; the GGUF names only
 # one eos id, but a chat model stops at its end-of-turn token as well.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>")
@@ -163,30 +173,32 @@ def llama3_scaling_from_freqs(
 
     llama.cpp divides frequency i by rope_freqs[i]: 1 for short wavelengths, `factor` for long
     ones, and a blend in between that is linear in 1/wavelength. Only the ratios
-    original/low_freq_factor and original/high_freq_factor matter, so the two wavelengths where
-    the blend starts and ends pin down the whole curve.
+    original/low_freq_factor and original/high_freq_factor matter, so two points on the blend
+    line pin down the whole curve.
     """
     factor = max(rope_freqs)
     if factor <= 1.0:
         return None
     original = int(original or 8192)
     inv_wavelengths = [theta ** (-2 * i / head_dim) / (2 * math.pi) for i in range(len(rope_freqs))]
-    # In the blend, smooth = original * inv_wavelength / (high - low) - low / (high - low)
-    blend = [
-        (inv, (1 / r - 1 / factor) / (1 - 1 / factor))
-        for inv, r in zip(inv_wavelengths, rope_freqs, strict=True)
-        if 1.0 < r < factor
-    ]
-    if len(blend) >= 2:
-        (x0, s0), (x1, s1) = blend[0], blend[-1]
-        slope = (s1 - s0) / (x1 - x0)  # = original / (high - low)
-        low = original * (x0 - s0 / slope)
-        high = low + original / slope
-    else:
-        # No frequency falls in the blend: any boundary between the two groups fits.
-        short = min(inv for inv, r in zip(inv_wavelengths, rope_freqs, strict=True) if r == 1.0)
-        long = max(inv for inv, r in zip(inv_wavelengths, rope_freqs, strict=True) if r != 1.0)
-        low, high = original * long, original * short
+    pairs = list(zip(inv_wavelengths, rope_freqs, strict=True))
+    # smooth = (original * inv_wavelength - low) / (high - low): 1 where the frequency is kept,
+    # 0 where it is divided by `factor`, a straight line in between.
+    points = [(x, (1 / r - 1 / factor) / (1 - 1 / factor)) for x, r in pairs if 1.0 < r < factor]
+    if len(points) < 2:  # too few in the blend: its ends are bounded by the untouched groups
+        kept = [x for x, r in pairs if r <= 1.0]
+        slowed = [x for x, r in pairs if r >= factor]
+        if kept:
+            points.append((min(kept), 1.0))
+        if len(points) < 2 and slowed:
+            points.insert(0, (max(slowed), 0.0))
+    if len(points) < 2:
+        return None
+    points.sort()
+    (x0, s0), (x1, s1) = points[0], points[-1]
+    slope = (s1 - s0) / (x1 - x0)  # = original / (high - low)
+    low = original * (x0 - s0 / slope)
+    high = low + original / slope
     return {
         "rope_type": "llama3",
         "factor": factor,

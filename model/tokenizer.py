@@ -62,6 +62,15 @@ def bytes_to_unicode() -> dict[int, str]:
     return table
 
 
+# Byte-level alphabet character -> the byte it stands for, as a str.translate table.
+_TO_LATIN1 = {ord(char): byte for byte, char in bytes_to_unicode().items()}
+
+
+def byte_level_bytes(token: str) -> bytes:
+    """The bytes a byte-level BPE token (spelled in GPT-2's alphabet) stands for."""
+    return token.translate(_TO_LATIN1).encode("latin-1")
+
+
 @dataclass(slots=True)
 class IncrementalDecoder:
     """Turns token ids into text one at a time; a split UTF-8 character waits for its end."""
@@ -222,7 +231,6 @@ def _byte_level_backend(
     metadata: dict[str, Any], tokens: list[str]
 ) -> tuple[BackendTokenizer, list[bytes]]:
     to_char = bytes_to_unicode()
-    to_byte = {c: b for b, c in to_char.items()}
     alphabet = set(to_char.values())
     # A token outside the byte alphabet (a mislabelled special token) is respelled in it.
     spelled = [t if set(t) <= alphabet else "".join(to_char[b] for b in t.encode()) for t in tokens]
@@ -249,7 +257,7 @@ def _byte_level_backend(
     else:
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
-    token_bytes = [bytes(to_byte[c] for c in t) for t in spelled]
+    token_bytes = [byte_level_bytes(t) for t in spelled]
     return backend, token_bytes
 
 
@@ -357,11 +365,9 @@ def _hf_token_bytes(backend: BackendTokenizer, decoder: dict[str, Any]) -> tuple
     pieces = [added.get(i) or backend.id_to_token(i) or "" for i in range(size)]
     described = json.dumps(decoder)
     if decoder.get("type") == "ByteLevel":
-        to_byte = {c: b for b, c in bytes_to_unicode().items()}
+        alphabet = set(bytes_to_unicode().values())
         return [
-            bytes(to_byte[c] for c in p)
-            if i not in added and set(p) <= to_byte.keys()
-            else p.encode()
+            byte_level_bytes(p) if i not in added and set(p) <= alphabet else p.encode()
             for i, p in enumerate(pieces)
         ], False
     if "ByteFallback" in described:

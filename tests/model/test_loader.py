@@ -190,6 +190,7 @@ def write_tiny_gguf(
     seed: int = 0,
     drop: str | None = None,
     extra_metadata: dict | None = None,
+    extra_tensors: dict[str, np.ndarray] | None = None,
 ) -> dict[str, torch.Tensor]:
     """A tiny random model as llama.cpp would write it; returns its HF-layout weights as the
     file stores them (after quantisation), so the loader's output can be compared exactly."""
@@ -233,6 +234,8 @@ def write_tiny_gguf(
         elif arch == "llama" and ".k_proj." in name:
             back = _unpermute_reference(back, TINY["kv_heads"])
         stored[name] = back
+    for name, value in (extra_tensors or {}).items():
+        writer.add_tensor(name, value)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -311,30 +314,83 @@ def test_rope_scaling_from_metadata(tmp_path: Path) -> None:
     }
 
 
-def test_llama3_scaling_is_recovered_from_rope_freqs() -> None:
-    theta, head_dim = 500000.0, 128
-    hf = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original": 8192}
-    freqs = []
+def _llama3_divisors(
+    theta: float, head_dim: int, factor: float, low: float, high: float, original: int
+) -> list[float]:
+    """What llama.cpp stores in rope_freqs.weight for HF's llama3 RoPE parameters."""
+    divisors = []
     for i in range(head_dim // 2):
         wavelen = 2 * np.pi * theta ** (2 * i / head_dim)
-        low_wl, high_wl = (
-            hf["original"] / hf["low_freq_factor"],
-            hf["original"] / hf["high_freq_factor"],
-        )
-        if wavelen < high_wl:
-            freqs.append(1.0)
-        elif wavelen > low_wl:
-            freqs.append(hf["factor"])
+        if wavelen < original / high:
+            divisors.append(1.0)
+        elif wavelen > original / low:
+            divisors.append(factor)
         else:
-            smooth = (hf["original"] / wavelen - hf["low_freq_factor"]) / (
-                hf["high_freq_factor"] - hf["low_freq_factor"]
-            )
-            freqs.append(1 / ((1 - smooth) / hf["factor"] + smooth))
-    scaling = llama3_scaling_from_freqs(freqs, theta, head_dim, 8192)
-    assert scaling["rope_type"] == "llama3"
-    assert scaling["factor"] == 8.0
-    assert scaling["low_freq_factor"] == pytest.approx(1.0, rel=1e-6)
-    assert scaling["high_freq_factor"] == pytest.approx(4.0, rel=1e-6)
+            smooth = (original / wavelen - low) / (high - low)
+            divisors.append(1 / ((1 - smooth) / factor + smooth))
+    return divisors
+
+
+@pytest.mark.parametrize(("theta", "head_dim"), [(500000.0, 128), (10000.0, 16)])
+def test_llama3_scaling_is_recovered_from_rope_freqs(theta: float, head_dim: int) -> None:
+    freqs = _llama3_divisors(theta, head_dim, 8.0, 1.0, 4.0, 256 if head_dim == 16 else 8192)
+    scaling = llama3_scaling_from_freqs(freqs, theta, head_dim, None)
+    assert scaling is not None
+    assert scaling["rope_type"] == "llama3" and scaling["factor"] == 8.0
+    again = _llama3_divisors(
+        theta,
+        head_dim,
+        scaling["factor"],
+        scaling["low_freq_factor"],
+        scaling["high_freq_factor"],
+        scaling["original_max_position_embeddings"],
+    )
+    assert again == pytest.approx(freqs, rel=1e-9)
+    if head_dim == 128:  # Llama 3.1's own values: enough points to pin them down exactly
+        assert scaling["low_freq_factor"] == pytest.approx(1.0, rel=1e-9)
+        assert scaling["high_freq_factor"] == pytest.approx(4.0, rel=1e-9)
+
+
+def test_llama3_rope_freqs_tensor_sets_the_scaling(tmp_path: Path) -> None:
+    path = tmp_path / "llama3.gguf"
+    freqs = _llama3_divisors(10000.0, 16, 8.0, 1.0, 4.0, 256)
+    write_tiny_gguf(path, extra_tensors={"rope_freqs.weight": np.array(freqs, np.float32)})
+    loaded = load_model(path, progress=False)
+    assert loaded.config.rope_scaling["rope_type"] == "llama3"
+    assert "rope_freqs.weight" not in loaded.weights
+
+
+def test_hf_config_with_rope_parameters() -> None:
+    from transformers import LlamaConfig
+
+    hf = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        max_position_embeddings=16384,
+        rope_theta=500000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    )
+    config = ModelConfig.from_hf_dict(json.loads(hf.to_json_string()))
+    assert config.rope_theta == 500000.0
+    assert config.rope_scaling == {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
+    plain = ModelConfig.from_hf_dict(
+        json.loads(LlamaConfig(num_attention_heads=4).to_json_string())
+    )
+    assert plain.rope_scaling is None
 
 
 def test_progress_goes_to_stderr(tmp_path: Path, capsys) -> None:
