@@ -34,11 +34,7 @@ class ModelConfig:
     eos_token_ids: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.architecture not in SUPPORTED_ARCHITECTURES:
-            raise UnsupportedModelError(
-                f"Architecture '{self.architecture}' is not supported; "
-                f"use one of {', '.join(SUPPORTED_ARCHITECTURES)} (Llama 2/3, SmolLM2, Qwen2)."
-            )
+        _check_architecture(self.architecture)
         if self.num_attention_heads % self.num_key_value_heads:
             raise UnsupportedModelError(
                 f"{self.num_attention_heads} attention heads cannot be grouped over "
@@ -50,6 +46,7 @@ class ModelConfig:
         """From a transformers `config.json` (LlamaConfig / Qwen2Config fields)."""
         model_type = cfg.get("model_type", "")
         arch = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}.get(model_type, model_type)
+        _check_architecture(arch)
         heads = cfg["num_attention_heads"]
         eos = cfg.get("eos_token_id")
         rope = cfg.get("rope_parameters") or {}  # transformers 5 folds rope_theta in here
@@ -85,11 +82,7 @@ class ModelConfig:
         metadata for Llama 3.1-style RoPE scaling.
         """
         arch = str(metadata.get("general.architecture", ""))
-        if arch not in SUPPORTED_ARCHITECTURES:
-            raise UnsupportedModelError(
-                f"Architecture '{arch}' is not supported; "
-                f"use one of {', '.join(SUPPORTED_ARCHITECTURES)} (Llama 2/3, SmolLM2, Qwen2)."
-            )
+        _check_architecture(arch)
 
         def key(name: str, default: Any = None) -> Any:
             return metadata.get(f"{arch}.{name}", default)
@@ -117,6 +110,14 @@ class ModelConfig:
             attention_bias="blk.0.attn_q.bias" in tensor_names,
             bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=gguf_eos_token_ids(metadata),
+        )
+
+
+def _check_architecture(arch: str) -> None:
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise UnsupportedModelError(
+            f"Architecture '{arch}' is not supported; "
+            f"use one of {', '.join(SUPPORTED_ARCHITECTURES)} (Llama 2/3, SmolLM2, Qwen2)."
         )
 
 

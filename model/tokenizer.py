@@ -200,7 +200,10 @@ class Tokenizer:
         path = folder / "tokenizer.json"
         if not path.is_file():
             raise TokenizerError(f"{folder} has no tokenizer.json")
-        backend = BackendTokenizer.from_file(str(path))
+        try:
+            backend = BackendTokenizer.from_file(str(path))
+        except Exception as exc:  # the Rust library raises a bare Exception
+            raise TokenizerError(f"{path} is not a valid tokenizer file: {exc}") from exc
         config = _read_json(folder / "tokenizer_config.json")
         vocab = backend.get_vocab(with_added_tokens=True)
         special = {

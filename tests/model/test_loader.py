@@ -437,9 +437,25 @@ def test_hf_folder_loads(tmp_path: Path, loaded_model) -> None:
     assert loaded.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}]) == "hi"
 
 
-def test_hf_folder_without_weights_is_an_error(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(ModelLoadError, match="config|safetensors"):
+def test_hf_folder_errors(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_model(tmp_path, progress=False)
+    config = {
+        "model_type": "llama",
+        "vocab_size": 8,
+        "hidden_size": 8,
+        "intermediate_size": 8,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="no \\*.safetensors"):
+        load_model(tmp_path, progress=False)
+    (tmp_path / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(ModelLoadError, match="corrupt or truncated safetensors"):
+        load_model(tmp_path, progress=False)
+    (tmp_path / "config.json").write_text(json.dumps(config | {"model_type": "gpt2"}))
+    with pytest.raises(ModelLoadError, match="'gpt2' is not supported"):
         load_model(tmp_path, progress=False)
 
 
