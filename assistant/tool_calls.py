@@ -139,9 +139,11 @@ class ToolCalls:
         with transaction(self.sessions) as session:
             call = self._decidable(session, call_id, user)
             owner = session.get(User, call.user_id) if call.user_id is not None else None
-            if owner is None:
+            if owner is None or not owner.is_active:
                 raise Conflict(
-                    "tool_call_owner_gone", f"Tool call {call_id} has no owner any more."
+                    "tool_call_owner_gone",
+                    f"Tool call {call_id} belongs to an account that no longer exists or is "
+                    "deactivated; it cannot run.",
                 )
             self._claim(session, call_id, "running", approved_by_id=user.id, started_at=utcnow())
             _event(session, call_id, user.id, "approved", None)
@@ -152,6 +154,7 @@ class ToolCalls:
     def reject(self, call_id: int, user: User, reason: str = "") -> ToolCallView:
         with transaction(self.sessions) as session:
             self._decidable(session, call_id, user)
+            # approved_by_id records whoever decided, for a rejection too.
             self._claim(session, call_id, "rejected", approved_by_id=user.id, finished_at=utcnow())
             _event(session, call_id, user.id, "rejected", {"reason": reason} if reason else None)
             return _view(session.get(ToolCall, call_id, populate_existing=True))

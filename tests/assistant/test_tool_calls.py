@@ -158,6 +158,13 @@ def test_rejected_and_invalid_calls_never_run(calls: ToolCalls, people) -> None:
     assert _events(calls, invalid.id, owner) == [("requested", owner.id), ("failed", owner.id)]
     with pytest.raises(Conflict):
         calls.approve(invalid.id, owner)
+
+    orphan = calls.propose(owner, "create_it_ticket", TICKET)
+    with transaction(calls.sessions) as session:
+        session.get(User, owner.id).is_active = False
+    with pytest.raises(Conflict, match="deactivated"):
+        calls.approve(orphan.id, admin)
+    assert calls.get(orphan.id, admin).status == "pending_approval"
     assert _count(calls, ItTicket) == 0
 
 
