@@ -7,11 +7,18 @@ import os
 import socket
 import sqlite3
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tools.sandbox import Sandbox, SandboxConfig, SandboxLimits, SandboxUnavailable
+from tools.sandbox import (
+    Sandbox,
+    SandboxConfig,
+    SandboxLimits,
+    SandboxResult,
+    SandboxUnavailable,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -156,30 +163,60 @@ def test_parent_environment_secrets_are_not_inherited(
     assert set(env) <= {"PATH", "HOME", "LANG", "PYTHONIOENCODING", "PWD"}
 
 
-def test_fork_bomb_is_contained_and_leaves_nothing_behind(sandbox: Sandbox) -> None:
-    comm = f"fb{uuid.uuid4().hex[:10]}"
-    code = (
-        "import os, sys, time\n"
-        f"open('/proc/self/comm', 'w').write({comm!r})\n"
-        "children = 0\n"
-        "for _ in range(500):\n"
-        "    try:\n"
-        "        if os.fork() == 0:\n"
-        "            time.sleep(60); os._exit(0)\n"
-        "        children += 1\n"
-        "    except OSError:\n"
-        "        break\n"
-        "print(children, flush=True)\n"
-        "while True:\n"
-        "    try:\n"
-        "        os.fork()\n"
-        "    except OSError:\n"
-        "        pass\n"
-    )
-    result = sandbox.run_python(code)
+FORK_BOMB_COMM = f"fb{uuid.uuid4().hex[:10]}"
+FORK_BOMB = (
+    "import os, sys, time\n"
+    f"open('/proc/self/comm', 'w').write({FORK_BOMB_COMM!r})\n"
+    "children = 0\n"
+    "for _ in range(500):\n"
+    "    try:\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(60); os._exit(0)\n"
+    "        children += 1\n"
+    "    except OSError:\n"
+    "        break\n"
+    "print(children, flush=True)\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.fork()\n"
+    "    except OSError:\n"
+    "        pass\n"
+)
+SLOW_ATTACKS = {
+    "fork_bomb": FORK_BOMB,
+    "infinite_loop": "while True:\n    pass",
+    "sleep": "import time\nprint('start', flush=True)\ntime.sleep(600)",
+}
+
+
+@pytest.fixture(scope="module")
+def slow_attacks(sandbox: Sandbox) -> dict[str, SandboxResult]:
+    """The attacks that run until a time limit, run side by side to share the wait."""
+    with ThreadPoolExecutor(len(SLOW_ATTACKS)) as pool:
+        futures = {
+            name: pool.submit(sandbox.run_python, code) for name, code in SLOW_ATTACKS.items()
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+
+def test_fork_bomb_is_contained_and_leaves_nothing_behind(
+    sandbox: Sandbox, slow_attacks: dict[str, SandboxResult]
+) -> None:
+    result = slow_attacks["fork_bomb"]
     assert int(result.stdout.split()[0]) < sandbox.config.limits.processes
     assert result.limit_hit in ("wall_time", "cpu_time")
-    assert _host_processes_named(comm) == []
+    assert _host_processes_named(FORK_BOMB_COMM) == []
+
+
+def test_infinite_loop_is_stopped(slow_attacks: dict[str, SandboxResult]) -> None:
+    result = slow_attacks["infinite_loop"]
+    assert result.limit_hit in ("cpu_time", "wall_time")
+    assert result.exit_code in (None, 152)
+
+
+def test_sleeping_past_the_wall_time_is_killed(slow_attacks: dict[str, SandboxResult]) -> None:
+    result = slow_attacks["sleep"]
+    assert (result.stdout, result.limit_hit, result.exit_code) == ("start\n", "wall_time", None)
 
 
 def test_allocating_2_gb_fails(sandbox: Sandbox) -> None:
@@ -187,17 +224,6 @@ def test_allocating_2_gb_fails(sandbox: Sandbox) -> None:
     assert "allocated" not in result.stdout
     assert result.limit_hit == "memory" and result.exit_code == 1
     assert "MemoryError" in result.stderr
-
-
-def test_infinite_loop_is_stopped(sandbox: Sandbox) -> None:
-    result = sandbox.run_python("while True:\n    pass")
-    assert result.limit_hit in ("cpu_time", "wall_time")
-    assert result.exit_code in (None, 152)
-
-
-def test_sleeping_past_the_wall_time_is_killed(sandbox: Sandbox) -> None:
-    result = sandbox.run_python("import time\nprint('start', flush=True)\ntime.sleep(600)")
-    assert (result.stdout, result.limit_hit, result.exit_code) == ("start\n", "wall_time", None)
 
 
 def test_printing_100_mb_is_cut_at_the_output_limit(sandbox: Sandbox) -> None:
@@ -220,6 +246,23 @@ def test_printing_100_mb_is_cut_at_the_output_limit(sandbox: Sandbox) -> None:
 def test_large_files_hit_the_file_size_limit(sandbox: Sandbox) -> None:
     result = sandbox.run_python("open('/tmp/big', 'wb').write(b'x' * (64 * 1024 * 1024))")
     assert result.limit_hit == "file_size" and result.exit_code == 1
+
+
+def test_filling_the_private_tmpfs_stops_at_its_size(sandbox: Sandbox) -> None:
+    code = (
+        "import sys\n"
+        "written = 0\n"
+        "try:\n"
+        "    for i in range(100):\n"
+        "        with open(f'/tmp/f{i}', 'wb') as f:\n"
+        "            f.write(b'x' * (1024 * 1024))\n"
+        "        written += 1\n"
+        "finally:\n"
+        "    print(written, flush=True)\n"
+    )
+    result = sandbox.run_python(code)
+    assert result.limit_hit == "file_size" and "No space left on device" in result.stderr
+    assert int(result.stdout) <= sandbox.config.limits.tmpfs_bytes // 2**20
 
 
 def test_a_process_that_outlives_the_call_is_killed(sandbox: Sandbox) -> None:
