@@ -19,6 +19,7 @@ import numpy as np
 from retrieval.embedder import Embedder
 from retrieval.index import MODES, DocumentIndex, IndexConfig
 from retrieval.pipeline import Pipeline
+from retrieval.records import PreparedDocument
 from retrieval.types import DocumentInfo, Hit
 
 FLOOR_GRID = [round(x, 2) for x in np.arange(0.0, 0.56, 0.02)]
@@ -62,13 +63,20 @@ def load_questions(path: Path) -> list[Question]:
     return [Question(**json.loads(line)) for line in path.read_text().splitlines() if line]
 
 
-def build_index(docs: Path, embedder: Embedder, root: Path) -> DocumentIndex:
-    """Ingest every file of `docs` (sorted, one commit) into a fresh index at `root`."""
+def prepare_folder(docs: Path, embedder: Embedder) -> list[PreparedDocument]:
+    """Every file of `docs`, sorted, parsed, chunked and embedded; ids count from 1."""
     pipeline = Pipeline(embedder)
     files = sorted(p for p in docs.iterdir() if p.is_file())
     items = [pipeline.chunk_file(p, DocumentInfo(n + 1, p.name, "")) for n, p in enumerate(files)]
+    return pipeline.embed(items)
+
+
+def build_index(
+    docs: Path, embedder: Embedder, root: Path, prepared: list[PreparedDocument] | None = None
+) -> DocumentIndex:
+    """A fresh index at `root` holding every file of `docs` (one commit)."""
     index = DocumentIndex.open(root, embedder)
-    index.commit(pipeline.embed(items))
+    index.commit(prepared if prepared is not None else prepare_folder(docs, embedder))
     return index
 
 
@@ -104,14 +112,19 @@ def tune_floor(index: DocumentIndex, questions: list[Question], mode: str = "hyb
     return max(eligible)[2]
 
 
-def run(docs: Path, questions_path: Path, embedder: Embedder) -> dict[str, Metrics]:
+def run(
+    docs: Path,
+    questions_path: Path,
+    embedder: Embedder,
+    prepared: list[PreparedDocument] | None = None,
+) -> dict[str, Metrics]:
     """All modes on all questions with the default floor, plus the held-out floor check."""
     questions = load_questions(questions_path)
     vectors = embedder.encode([q.q for q in questions])
     for question, vector in zip(questions, vectors, strict=True):
         question.vector = vector
     with tempfile.TemporaryDirectory() as tmp:
-        index = build_index(docs, embedder, Path(tmp))
+        index = build_index(docs, embedder, Path(tmp), prepared)
         results = {mode: measure(index, questions, mode) for mode in MODES}
         tuning, held_out = questions[0::2], questions[1::2]
         floor = tune_floor(index, tuning)

