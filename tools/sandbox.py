@@ -141,7 +141,7 @@ class Sandbox:
     def _outer_limits(self, limits: SandboxLimits) -> list[str]:
         cpu = limits.cpu_seconds
         return [
-            self.config.prlimit,
+            _resolve(self.config.prlimit),
             f"--cpu={cpu}:{cpu + 1}",  # SIGXCPU at the soft limit, SIGKILL a second later
             f"--as={limits.memory_bytes}",
             f"--fsize={limits.file_bytes}",
@@ -152,7 +152,7 @@ class Sandbox:
 
     def _bwrap_args(self, limits: SandboxLimits) -> list[str]:
         args = [
-            self.config.bwrap,
+            _resolve(self.config.bwrap),
             "--unshare-all",
             "--unshare-user",
             "--disable-userns",
@@ -191,6 +191,11 @@ class Sandbox:
             return {}
         uid = self.config.uid_base + secrets.randbelow(self.config.uid_span)
         return {"user": uid, "group": uid, "extra_groups": []}
+
+
+def _resolve(program: str) -> str:
+    # bwrap starts with a minimal PATH; find the programs with the caller's.
+    return shutil.which(program) or program
 
 
 def _system_links() -> list[str]:
