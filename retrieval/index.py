@@ -134,9 +134,10 @@ class DocumentIndex:
         )
         flat = faiss.IndexFlatIP(dim)
         flat.add(vectors)
-        if ann is not None and ann.ntotal != len(rows):
+        approximate = int(live.sum()) > self.config.approximate_above
+        if ann is not None and (ann.ntotal != len(rows) or not approximate):
             ann = None
-        if ann is None and int(live.sum()) > self.config.approximate_above:
+        if ann is None and approximate:
             ann = self._build_ann(vectors)
         row_doc = np.fromiter((r.document_id for r in rows), dtype=np.int64, count=len(rows))
         return _State(generation, None, docs, rows, vectors, live, row_doc, flat, ann)
