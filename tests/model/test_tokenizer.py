@@ -238,3 +238,28 @@ def test_sentencepiece_round_trips_and_streams(spm: Tokenizer, text: str) -> Non
     pieces = [decoder.push(i) for i in ids] + [decoder.flush()]
     assert "".join(pieces) == text
     assert not any("\ufffd" in piece for piece in pieces)
+
+
+# ---------------------------------------------------------------------------------------------
+# Other byte-level pre-tokenizers (Llama 3, Qwen2), on the bundled vocabulary
+
+
+@pytest.mark.parametrize("pre", ["llama-bpe", "qwen2"])
+def test_pre_tokenizer_matches_the_reference_split(gguf_path, hf_reference, pre: str) -> None:
+    from tokenizers import Regex, pre_tokenizers
+    from tokenizers import Tokenizer as BackendTokenizer
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
+
+    from model.gguf_file import read_gguf
+
+    metadata = dict(read_gguf(gguf_path).metadata) | {"tokenizer.ggml.pre": pre}
+    ours = Tokenizer.from_gguf_metadata(metadata, [2])
+    reference = BackendTokenizer.from_str(hf_reference[1].backend_tokenizer.to_str())
+    reference.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(GGUF_PRE_TOKENIZER_SPLITS[pre]), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    for text in VARIED_TEXTS:
+        assert ours.encode(text) == reference.encode(text, add_special_tokens=False).ids, text
