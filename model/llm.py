@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from model.engine import Delta, LLMEngine
 from model.params import SamplingParams
+
+if TYPE_CHECKING:
+    from model.loader import LoadedModel
 
 
 @dataclass(slots=True)
@@ -36,7 +39,22 @@ class LLM:
     ) -> None:
         from model.loader import load_model
 
-        loaded = load_model(model_path, progress=progress)
+        self._attach(load_model(model_path, progress=progress), device, dtype, engine_options)
+
+    @classmethod
+    def from_loaded(
+        cls,
+        loaded: LoadedModel,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        **engine_options: Any,
+    ) -> LLM:
+        """An LLM on weights already in memory (one load shared by several engines)."""
+        llm = cls.__new__(cls)
+        llm._attach(loaded, device, dtype, engine_options)
+        return llm
+
+    def _attach(self, loaded: LoadedModel, device, dtype, engine_options: dict) -> None:
         self.config = loaded.config
         self.tokenizer = loaded.tokenizer
         self.engine = LLMEngine(
@@ -100,7 +118,8 @@ class _Builder:
         self.text.append(delta.text)
         self.token_ids.extend(delta.token_ids)
         if delta.logprobs is not None:
-            self.logprobs = (self.logprobs or []) + delta.logprobs
+            self.logprobs = self.logprobs if self.logprobs is not None else []
+            self.logprobs.extend(delta.logprobs)
         if delta.finish_reason is not None:
             self.last = delta
 
