@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from assistant.cli import bench, db, ingest, serve, tools, users
+from assistant.cli import bench, db, generate, ingest, serve, tools, users
 from assistant.cli.errors import EXIT_BAD_INPUT
 from assistant.errors import AssistantError
 
@@ -28,6 +28,7 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(tools.app, name="tools")
 app.command()(ingest.ingest)
 app.command()(ingest.search)
+app.command()(generate.generate)
 
 
 def main(argv: list[str] | None = None) -> int:
