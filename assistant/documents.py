@@ -116,7 +116,7 @@ class DocumentLibrary:
         on_chunks: Callable[[int, int], None] | None = None,
     ) -> IngestReport:
         """Parse, chunk, embed and index files; one bad file never stops the batch."""
-        _check_access(visibility, group_name)
+        check_access(visibility, group_name)
         files, missing = expand_paths(Path(p) for p in paths)
         report = IngestReport(failed=missing)
         chunked, pending, seen = [], [], {}
@@ -270,7 +270,7 @@ class DocumentLibrary:
             raise
 
 
-def _check_access(visibility: str, group_name: str | None) -> None:
+def check_access(visibility: str, group_name: str | None) -> None:
     if visibility not in VISIBILITIES:
         raise AssistantError(
             "invalid_visibility", f"visibility must be one of {', '.join(VISIBILITIES)}"

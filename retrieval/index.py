@@ -51,6 +51,7 @@ class _State:
     live: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     row_doc: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     flat: object | None = None
+    gpu_flat: object | None = None  # a GPU copy of `flat` for unfiltered searches
     ann: object | None = None
     bm25: Bm25 | None = None
     bm25_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -140,7 +141,8 @@ class DocumentIndex:
         if ann is None and approximate:
             ann = self._build_ann(vectors)
         row_doc = np.fromiter((r.document_id for r in rows), dtype=np.int64, count=len(rows))
-        return _State(generation, None, docs, rows, vectors, live, row_doc, flat, ann)
+        gpu_flat = _to_gpu(flat) if ann is None else None
+        return _State(generation, None, docs, rows, vectors, live, row_doc, flat, gpu_flat, ann)
 
     def _build_ann(self, vectors: np.ndarray):
         import faiss
@@ -172,30 +174,6 @@ class DocumentIndex:
     def chunk_count(self, document_id: int) -> int:
         state = self._state
         return int(np.count_nonzero((state.row_doc == document_id) & state.live))
-
-    def find_duplicate(self, content_hash: str, collection: str) -> DocumentInfo | None:
-        self.refresh()
-        return next(
-            (
-                d
-                for d in self._state.docs.values()
-                if d.content_hash == content_hash and d.collection == collection
-            ),
-            None,
-        )
-
-    def find_by_name(
-        self, name: str, collection: str, owner_id: int | None = None
-    ) -> DocumentInfo | None:
-        self.refresh()
-        return next(
-            (
-                d
-                for d in self._state.docs.values()
-                if d.name == name and d.collection == collection and d.owner_id == owner_id
-            ),
-            None,
-        )
 
     def extracted_text(self, document_id: int) -> str:
         info = self.document(document_id)
@@ -378,6 +356,16 @@ def _npy(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def _to_gpu(flat):
+    """FAISS GPU builds serve unfiltered exact searches from the GPU; filtered ones (an
+    IDSelector) stay on the CPU index, which every build supports."""
+    import faiss
+
+    if not hasattr(faiss, "index_cpu_to_all_gpus") or faiss.get_num_gpus() == 0:
+        return None
+    return faiss.index_cpu_to_all_gpus(flat)
+
+
 def _read_faiss(path: Path):
     import faiss
 
@@ -410,6 +398,8 @@ def _vector_top(
         found = state.ann.search(q[None, :], n, params=params)
         if int((found[1][0] >= 0).sum()) < n:
             found = None
+    if found is None and selector is None and state.gpu_flat is not None:
+        found = state.gpu_flat.search(q[None, :], n)
     if found is None:
         params = faiss.SearchParameters(sel=selector) if selector is not None else None
         found = state.flat.search(q[None, :], n, params=params)

@@ -25,10 +25,11 @@ def ingest(
 
     from tqdm import tqdm
 
-    from assistant.documents import DocumentLibrary, expand_paths
+    from assistant.documents import DocumentLibrary, check_access, expand_paths
 
     if max_mb <= 0:
         raise fail("--max-mb must be positive")
+    check_access(visibility, group)
     library = DocumentLibrary(Services(), max_mb=max_mb)
     files, _ = expand_paths(paths)
     started = time.perf_counter()
