@@ -1,6 +1,6 @@
 """Writes the PDF and DOCX documents of the evaluation set (run once; outputs are committed).
 
-    .venv/bin/python tests/data/make_documents.py
+.venv/bin/python tests/data/make_documents.py
 """
 
 from __future__ import annotations
