@@ -17,6 +17,7 @@ def retrieval(
     queries: int = typer.Option(200, "--queries", help="Queries timed per size."),
     docs: Path = typer.Option(EVAL_DOCS, "--docs", help="Folder ingested for throughput."),
     repeat: int = typer.Option(4, "--repeat", help="Times the folder is ingested."),
+    threads: int | None = typer.Option(None, "--threads", help="torch and FAISS threads."),
 ) -> None:
     """Ingest throughput and query latency, exact vs approximate, with recall."""
     try:
@@ -27,9 +28,19 @@ def retrieval(
         raise fail("--sizes need at least 100 chunks each; --queries and --repeat at least 1")
     if not docs.is_dir():
         raise fail(f"{docs}: not a folder of documents")
+    import faiss
+    import torch
+
     from retrieval import Embedder
     from retrieval.benchmark import ingest_throughput, query_latency
     from retrieval.evaluate import load_questions
+
+    if threads is not None:
+        if threads < 1:
+            raise fail("--threads must be at least 1")
+        torch.set_num_threads(threads)
+        faiss.omp_set_num_threads(threads)
+    typer.echo(f"threads: torch {torch.get_num_threads()}, faiss {faiss.omp_get_max_threads()}")
 
     settings = Settings()
     embedder = Embedder(settings.embedding_model_path(), settings.device)
