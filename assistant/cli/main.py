@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from assistant.cli import bench, db, generate, ingest, serve, tools, users
+from assistant.cli import bench, db, generate, ingest, safety, serve, tools, users
 from assistant.cli.errors import EXIT_BAD_INPUT
 from assistant.errors import AssistantError
 
@@ -24,6 +24,7 @@ app = typer.Typer(
 app.command()(serve.serve)
 app.add_typer(db.app, name="db")
 app.add_typer(users.app, name="users")
+app.add_typer(safety.app, name="safety")
 app.add_typer(bench.app, name="bench")
 app.add_typer(tools.app, name="tools")
 app.command()(ingest.ingest)

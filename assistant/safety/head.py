@@ -1,0 +1,67 @@
+"""The trained classifier head: a small MLP from embedding (+ flags) to class scores.
+
+Weights live in `weights.npz` and the settings that go with them (classes, encoder
+layers, thresholds tuned on the validation split) in `weights.json`. Inference is numpy:
+a few microseconds next to the encoder.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+WEIGHTS_DIR = Path(__file__).parent / "weights"
+
+
+@dataclass(slots=True)
+class Thresholds:
+    refuse: float  # unsafe score at or above which a request is refused
+    caution: float  # unsafe score at or above which it is allowed with caution
+
+
+@dataclass(slots=True)
+class Head:
+    classes: list[str]  # "benign" first, then the categories
+    layers: int  # encoder layers the head was trained on
+    thresholds: Thresholds
+    w1: np.ndarray
+    b1: np.ndarray
+    w2: np.ndarray
+    b2: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+    def probabilities(self, features: np.ndarray) -> np.ndarray:
+        hidden = np.maximum(features @ self.w1 + self.b1, 0.0)
+        logits = hidden @ self.w2 + self.b2
+        logits -= logits.max(axis=1, keepdims=True)
+        exp = np.exp(logits)
+        return exp / exp.sum(axis=1, keepdims=True)
+
+    def save(self, directory: Path = WEIGHTS_DIR) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        arrays = {k: getattr(self, k).astype(np.float16) for k in ("w1", "b1", "w2", "b2")}
+        np.savez_compressed(directory / "weights.npz", **arrays)
+        settings = {
+            "classes": self.classes,
+            "layers": self.layers,
+            "thresholds": {"refuse": self.thresholds.refuse, "caution": self.thresholds.caution},
+            **self.meta,
+        }
+        (directory / "weights.json").write_text(json.dumps(settings, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, directory: Path = WEIGHTS_DIR) -> Head:
+        settings = json.loads((directory / "weights.json").read_text())
+        with np.load(directory / "weights.npz") as arrays:
+            weights = {k: arrays[k].astype(np.float32) for k in ("w1", "b1", "w2", "b2")}
+        meta = {k: v for k, v in settings.items() if k not in ("classes", "layers", "thresholds")}
+        return cls(
+            classes=settings["classes"],
+            layers=settings["layers"],
+            thresholds=Thresholds(**settings["thresholds"]),
+            meta=meta,
+            **weights,
+        )

@@ -1,0 +1,103 @@
+"""Evaluation: per-category precision/recall/F1, benign false positives, latency."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from assistant.safety.dataset import Example
+from assistant.safety.result import CATEGORIES, SafetyResult
+
+
+@dataclass(slots=True)
+class Report:
+    n: int
+    n_unsafe: int
+    recall_unsafe: float  # unsafe examples labelled unsafe, whatever the category
+    false_positive_rate: float  # benign examples labelled unsafe
+    per_category: dict[str, dict[str, float]] = field(default_factory=dict)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    misses: list[str] = field(default_factory=list)
+    false_positives: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "n": self.n,
+            "n_unsafe": self.n_unsafe,
+            "recall_unsafe": round(self.recall_unsafe, 4),
+            "false_positive_rate": round(self.false_positive_rate, 4),
+            "per_category": self.per_category,
+            "latency_ms": self.latency_ms,
+        }
+
+    def format(self) -> str:
+        lines = [
+            f"examples {self.n} (unsafe {self.n_unsafe}, benign {self.n - self.n_unsafe})",
+            f"recall on unsafe      {self.recall_unsafe:.3f}",
+            f"false positive rate   {self.false_positive_rate:.3f}",
+            f"{'category':<18} {'n':>4} {'precision':>9} {'recall':>7} {'f1':>6}",
+        ]
+        for name, m in self.per_category.items():
+            p, r, f1 = m["precision"], m["recall"], m["f1"]
+            lines.append(f"{name:<18} {int(m['n']):>4} {p:>9.3f} {r:>7.3f} {f1:>6.3f}")
+        if self.latency_ms:
+            lat = self.latency_ms
+            lines.append(f"latency ms            p50 {lat['p50']:.1f}  p95 {lat['p95']:.1f}")
+        lines += [f"missed: {t}" for t in self.misses]
+        lines += [f"false positive: {t}" for t in self.false_positives]
+        return "\n".join(lines)
+
+
+def evaluate(examples: list[Example], check: Callable[[str], SafetyResult]) -> Report:
+    """Run `check` on every example, timing each call."""
+    results, seconds = [], []
+    for ex in examples:
+        start = time.perf_counter()
+        results.append(check(ex.text))
+        seconds.append(time.perf_counter() - start)
+    report = score(examples, results)
+    ms = np.array(seconds) * 1000
+    report.latency_ms = {
+        "p50": round(float(np.percentile(ms, 50)), 2),
+        "p95": round(float(np.percentile(ms, 95)), 2),
+    }
+    return report
+
+
+def score(examples: list[Example], results: list[SafetyResult]) -> Report:
+    unsafe = [ex.label == "unsafe" for ex in examples]
+    flagged = [r.label == "unsafe" for r in results]
+    n_unsafe = sum(unsafe)
+    n_benign = len(examples) - n_unsafe
+    report = Report(
+        n=len(examples),
+        n_unsafe=n_unsafe,
+        recall_unsafe=sum(u and f for u, f in zip(unsafe, flagged, strict=True)) / max(n_unsafe, 1),
+        false_positive_rate=sum(f and not u for u, f in zip(unsafe, flagged, strict=True))
+        / max(n_benign, 1),
+    )
+    # A flagged example counts for its top category; an unflagged one for none.
+    predicted = [r.top_category if f else None for r, f in zip(results, flagged, strict=True)]
+    truth = [ex.category if ex.label == "unsafe" else None for ex in examples]
+    for name in CATEGORIES:
+        tp = sum(p == name and t == name for p, t in zip(predicted, truth, strict=True))
+        n_pred = sum(p == name for p in predicted)
+        n_true = sum(t == name for t in truth)
+        precision = tp / n_pred if n_pred else 0.0
+        recall = tp / n_true if n_true else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        report.per_category[name] = {
+            "n": n_true,
+            "precision": round(precision, 4),
+            "recall": round(recall, 4),
+            "f1": round(f1, 4),
+        }
+    for ex, u, f in zip(examples, unsafe, flagged, strict=True):
+        if u and not f:
+            report.misses.append(f"[{ex.category}] {ex.text[:100]!r}")
+        if f and not u:
+            report.false_positives.append(f"[{ex.category}] {ex.text[:100]!r}")
+    return report
