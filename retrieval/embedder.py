@@ -54,7 +54,7 @@ class Embedder:
     """Turns text into L2-normalised float32 vectors, so inner product is cosine."""
 
     def __init__(
-        self, model_path: str | Path, device: str | None = None, batch_size: int = 64
+        self, model_path: str | Path, device: str | None = None, batch_size: int = 32
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
