@@ -35,7 +35,7 @@ class IndexConfig:
     hnsw_m: int = 32
     hnsw_ef_construction: int = 64
     hnsw_ef_search: int = 128
-    relevance_floor: float = 0.25  # cosine below which a chunk is not an answer
+    relevance_floor: float = 0.28  # cosine below which a chunk is not an answer
     candidates: int = 40  # per side, before fusion
     rrf_k: int = 60
     compact_ratio: float = 0.25  # rewrite without deleted rows above this share

@@ -23,5 +23,5 @@ def test_retrieval_quality_does_not_regress(embedder) -> None:
     assert bm25.recall_at_5 >= 0.75
     assert results["hybrid/paraphrase"].recall_at_5 >= 0.85
     assert hybrid.unanswerable_empty >= 0.5
-    held_out = next(m for name, m in results.items() if name.startswith("hybrid@floor="))
-    assert held_out.recall_at_5 >= 0.9
+    held_out = [m for name, m in results.items() if "@" in name]
+    assert len(held_out) == 2 and all(m.recall_at_5 >= 0.9 for m in held_out)
