@@ -19,7 +19,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "addresses_assistant",
         re.compile(
-            r"\b(dear|attention|note to|hey|hello)\s+(ai|assistant|chatbot|language model|llm)\b|"
+            r"\b(dear|attention|note to|message to|hey|hello)\s+(the |any |all )?(ai|assistant|"
+            r"chatbot|language model|llm)s?\b|"
             r"\byou are (now )?(an? )?(ai|assistant|chatbot|language model|llm)\b|"
             r"\bas an (ai|assistant|language model)\b[^.\n]{0,40}\b(you )?(must|should)\b",
             re.I,
