@@ -17,6 +17,7 @@ import numpy as np
 
 from retrieval.embedder import Embedder
 from retrieval.index import DocumentIndex, IndexConfig
+from retrieval.lexical import tokenize
 from retrieval.pipeline import Pipeline, embedding_text
 from retrieval.records import PreparedDocument
 from retrieval.types import ChunkSpan, DocumentInfo
@@ -68,13 +69,16 @@ def ingest_throughput(embedder: Embedder, docs: Path, repeat: int, out: Callable
     out(f"  parse+chunk+embed+commit     {ours:8.1f} chunks/s   ({ours / raw:.2f}x baseline)")
 
 
-def synthetic_corpus(n: int, dim: int, seed: int = 0) -> tuple[list[PreparedDocument], np.ndarray]:
-    """Clustered unit vectors (like topics) with random-word texts for BM25."""
+def synthetic_corpus(
+    n: int, dim: int, real_words: list[str], seed: int = 0
+) -> tuple[list[PreparedDocument], np.ndarray]:
+    """Clustered unit vectors (like topics); texts mix real words (so queries hit BM25
+    postings) with random ones (so the vocabulary grows as in a real corpus)."""
     rng = np.random.default_rng(seed)
     centers = _unit(rng.standard_normal((max(n // 100, 10), dim)).astype(np.float32))
     vectors = centers[rng.integers(0, len(centers), n)]
     vectors = _unit(vectors + 0.08 * rng.standard_normal((n, dim)).astype(np.float32))
-    words = np.array([f"w{i}" for i in range(5000)])
+    words = np.array(sorted(set(real_words)) * 10 + [f"w{i}" for i in range(20000)])
     docs = []
     for d, first in enumerate(range(0, n, CHUNKS_PER_DOC)):
         last = min(first + CHUNKS_PER_DOC, n)
@@ -98,7 +102,8 @@ def query_latency(
     embedder: Embedder, size: int, queries: list[str], n_queries: int, out: Callable
 ) -> None:
     out(f"\nquery latency at {size} chunks (synthetic), {n_queries} queries")
-    docs, vectors = synthetic_corpus(size, embedder.dimension)
+    real_words = [w for q in queries for w in tokenize(q)]
+    docs, vectors = synthetic_corpus(size, embedder.dimension, real_words)
     rng = np.random.default_rng(1)
     probes = _unit(vectors[rng.integers(0, size, n_queries)] + 0.05 * rng.standard_normal(
         (n_queries, embedder.dimension)
@@ -113,9 +118,12 @@ def query_latency(
         exact_cfg = IndexConfig(approximate_above=10**12, relevance_floor=-1.0)
         exact = DocumentIndex(Path(tmp), embedder.identity, embedder.encode_query, exact_cfg)
         assert approx.approximate and not exact.approximate
-        for index in (exact, approx):  # build BM25 and warm caches outside the timings
-            index.search("warm up", k=10)
+        start = time.perf_counter()
+        exact.search(texts[0], k=10, mode="bm25")
+        out(f"  BM25 build (first search)    {time.perf_counter() - start:8.1f} s")
+        approx.search(texts[0], k=10)  # its own BM25, built outside the timings
         embed = timed([lambda t=t: embedder.encode_query(t) for t in texts])
+        text_vectors = embedder.encode(texts)
         out(f"  query embedding only         {embed}   (baseline)")
         for name, index in (("exact", exact), ("hnsw", approx)):
             vec = timed(
@@ -124,8 +132,15 @@ def query_latency(
                     for v in probes
                 ]
             )
+            hybrid = timed(
+                [
+                    lambda t=t, v=v, ix=index: ix.search(t, 10, query_vector=v)
+                    for t, v in zip(texts, text_vectors, strict=True)
+                ]
+            )
             full = timed([lambda t=t, ix=index: ix.search(t, 10) for t in texts])
             out(f"  {name:<5} vector search         {vec}")
+            out(f"  {name:<5} hybrid search         {hybrid}   (vector + BM25 + fusion)")
             out(
                 f"  {name:<5} hybrid incl. embedding {full}   "
                 f"({full.p50_ms / embed.p50_ms:.2f}x embedding p50)"
