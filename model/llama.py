@@ -99,12 +99,16 @@ class KVCache:
 
 @dataclass(slots=True)
 class LayerWeights:
+    """Projection weights are stored transposed, [in, out], for `x @ w`: a single-token
+    matrix-vector product then streams the weights in memory order, which on the CPU reads
+    them markedly faster than `F.linear`'s [out, in] layout."""
+
     input_norm: torch.Tensor
-    qkv: torch.Tensor  # q, k and v projections stacked: one matmul instead of three
+    qkv: torch.Tensor  # q, k and v projections side by side: one matmul instead of three
     qkv_bias: torch.Tensor | None
     out: torch.Tensor
     post_norm: torch.Tensor
-    gate_up: torch.Tensor  # gate and up projections stacked
+    gate_up: torch.Tensor  # gate and up projections side by side
     down: torch.Tensor
 
 
@@ -134,26 +138,27 @@ class LlamaModel:
         self.embed = take("model.embed_tokens.weight")
         self.final_norm = take("model.norm.weight")
         untied = "lm_head.weight" in weights and not config.tie_word_embeddings
-        self.lm_head = take("lm_head.weight") if untied else self.embed
+        self.lm_head = (take("lm_head.weight") if untied else self.embed).t().contiguous()
         self.layers = [self._layer(take, i) for i in range(config.num_hidden_layers)]
         self._init_rope()
 
     def _layer(self, take, i: int) -> LayerWeights:
         p = f"model.layers.{i}."
         attn = p + "self_attn."
-        qkv = torch.cat([take(attn + f"{n}_proj.weight") for n in "qkv"])
+        qkv = torch.cat([take(attn + f"{n}_proj.weight") for n in "qkv"]).t().contiguous()
         bias = None
         if self.config.attention_bias:
             bias = torch.cat([take(attn + f"{n}_proj.bias") for n in "qkv"])
         gate_up = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")])
+        gate_up = gate_up.t().contiguous()
         return LayerWeights(
             input_norm=take(p + "input_layernorm.weight"),
             qkv=qkv,
             qkv_bias=bias,
-            out=take(attn + "o_proj.weight"),
+            out=take(attn + "o_proj.weight").t().contiguous(),
             post_norm=take(p + "post_attention_layernorm.weight"),
             gate_up=gate_up,
-            down=take(p + "mlp.down_proj.weight"),
+            down=take(p + "mlp.down_proj.weight").t().contiguous(),
         )
 
     def _init_rope(self) -> None:
@@ -191,10 +196,10 @@ class LlamaModel:
             h = self._attention(h, layer, cos, sin, batch, cache.keys[i], cache.values[i])
             x = x + h
             h = rms_norm(x, layer.post_norm, self.eps)
-            gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down)
+            gate, up = (h @ layer.gate_up).chunk(2, dim=-1)
+            x = x + (F.silu(gate) * up) @ layer.down
         x = rms_norm(x[logits_indices], self.final_norm, self.eps)
-        return F.linear(x, self.lm_head).float()
+        return (x @ self.lm_head).float()
 
     def _attention(
         self,
@@ -208,7 +213,7 @@ class LlamaModel:
     ) -> torch.Tensor:
         n = x.shape[0]
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
-        qkv = F.linear(x, layer.qkv, layer.qkv_bias)
+        qkv = x @ layer.qkv if layer.qkv_bias is None else torch.addmm(layer.qkv_bias, x, layer.qkv)
         q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
         q = apply_rope(q.view(n, nh, hd), cos, sin)
         k = apply_rope(k.view(n, nkv, hd), cos, sin)
@@ -224,7 +229,7 @@ class LlamaModel:
         for span in batch.prefills:
             rows = slice(span.start, span.start + span.length)
             out[rows] = self._prefill_attention(q[rows], k[rows], v[rows], flat_k, flat_v, span)
-        return F.linear(out.view(n, nh * hd), layer.out)
+        return out.view(n, nh * hd) @ layer.out
 
     def _decode_attention(
         self, q: torch.Tensor, flat_k: torch.Tensor, flat_v: torch.Tensor, batch: AttentionBatch

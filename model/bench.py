@@ -1,0 +1,355 @@
+"""Engine benchmark: ours against HF transformers `generate()` on the same weights, one run.
+
+(a) single-stream greedy decode tokens/s; (b) aggregate tokens/s of many concurrent requests
+against HF static batches and HF single-stream; (c) time to first token of a long prompt,
+cold and with its prefix cached; (d) the machine's memory read bandwidth and how close
+single-stream decode gets to the limit it sets (weight bytes read per token).
+Ours and the baseline run interleaved in one process, so machine noise hits both alike.
+
+    python -m model.bench [--quick] [--threads N] [--model PATH] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from model.engine import LLMEngine
+from model.loader import LoadedModel, load_model
+from model.params import SamplingParams
+
+
+@dataclass(slots=True)
+class BenchOptions:
+    quick: bool = False
+    threads: int | None = None
+    model_path: str | None = None
+    device: str | None = None
+
+    @property
+    def single_tokens(self) -> int:
+        return 32 if self.quick else 128
+
+    @property
+    def batch_requests(self) -> int:
+        return 8 if self.quick else 32
+
+    @property
+    def batch_tokens(self) -> int:
+        return 32 if self.quick else 128
+
+    @property
+    def repeats(self) -> int:
+        return 1 if self.quick else 2
+
+
+HF_BATCH_SIZE = 8
+PROMPT_RANGE = (100, 600)
+TTFT_PROMPT = 1500
+
+
+@dataclass(slots=True)
+class BenchResult:
+    device: str
+    dtype: str
+    threads: int
+    single_ours_tps: float
+    single_hf_tps: float
+    batch_requests: int
+    batch_ours_tps: float
+    batch_hf_static_tps: float
+    ttft_cold_s: float
+    ttft_cached_s: float
+    bandwidth_gbs: float
+    weight_bytes_per_token: int
+
+    @property
+    def single_ratio(self) -> float:
+        return self.single_ours_tps / self.single_hf_tps
+
+    @property
+    def batch_vs_hf_single(self) -> float:
+        return self.batch_ours_tps / self.single_hf_tps
+
+    @property
+    def batch_vs_hf_static(self) -> float:
+        return self.batch_ours_tps / self.batch_hf_static_tps
+
+    @property
+    def ttft_ratio(self) -> float:
+        return self.ttft_cold_s / self.ttft_cached_s
+
+    @property
+    def bandwidth_limit_tps(self) -> float:
+        return self.bandwidth_gbs * 1e9 / self.weight_bytes_per_token
+
+    @property
+    def bandwidth_fraction(self) -> float:
+        return self.single_ours_tps / self.bandwidth_limit_tps
+
+    def as_dict(self) -> dict[str, Any]:
+        derived = (
+            "single_ratio", "batch_vs_hf_single", "batch_vs_hf_static", "ttft_ratio",
+            "bandwidth_limit_tps", "bandwidth_fraction",
+        )  # fmt: skip
+        return {**asdict(self), **{name: getattr(self, name) for name in derived}}
+
+    def report(self) -> str:
+        mb = self.weight_bytes_per_token / 1e6
+        return "\n".join(
+            [
+                f"engine benchmark on {self.device} ({self.dtype}, {self.threads} threads)",
+                f"(a) single-stream greedy decode: ours {self.single_ours_tps:.1f} tok/s, "
+                f"HF generate {self.single_hf_tps:.1f} tok/s, ratio {self.single_ratio:.2f}x "
+                "(target >= 2x)",
+                f"(b) {self.batch_requests} concurrent requests: ours "
+                f"{self.batch_ours_tps:.1f} tok/s aggregate, HF static batches of "
+                f"{HF_BATCH_SIZE} {self.batch_hf_static_tps:.1f} tok/s; ours vs HF single-stream "
+                f"{self.batch_vs_hf_single:.1f}x (target >= 8x), vs HF batched "
+                f"{self.batch_vs_hf_static:.1f}x",
+                f"(c) TTFT of a {TTFT_PROMPT}-token prompt: cold {self.ttft_cold_s * 1000:.0f} ms, "
+                f"prefix cached {self.ttft_cached_s * 1000:.0f} ms, ratio {self.ttft_ratio:.1f}x "
+                "(target >= 10x)",
+                f"(d) memory read bandwidth {self.bandwidth_gbs:.1f} GB/s, weights {mb:.0f} MB "
+                f"read per token -> limit {self.bandwidth_limit_tps:.1f} tok/s; single-stream "
+                f"decode reaches {self.bandwidth_fraction:.0%} (target >= 70%)",
+            ]
+        )
+
+
+class _Clock:
+    """A `generate()` streamer that only notes when each piece arrives."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def put(self, value: Any) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def decode_rate(token_times: list[float]) -> float:
+    """Tokens per second after the first token (the prefill is not decode)."""
+    return (len(token_times) - 1) / (token_times[-1] - token_times[0])
+
+
+def random_prompt(rng: random.Random, length: int, vocab: int) -> list[int]:
+    # Ids above the special tokens: plain text-like tokens, no accidental control tokens.
+    return [rng.randrange(100, vocab) for _ in range(length)]
+
+
+def hf_model_from(loaded: LoadedModel, device: torch.device, dtype: torch.dtype):
+    """HF's own Llama/Qwen2 module holding exactly our weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    c = loaded.config
+    config_cls, model_cls = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    }[c.architecture]
+    hf_config = config_cls(
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_hidden_layers,
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads,
+        head_dim=c.head_dim,
+        rms_norm_eps=c.rms_norm_eps,
+        rope_theta=c.rope_theta,
+        rope_scaling=c.rope_scaling,
+        max_position_embeddings=c.max_position_embeddings,
+        tie_word_embeddings=c.tie_word_embeddings,
+        attention_bias=c.attention_bias,
+    )
+    model = model_cls(hf_config)
+    missing, unexpected = model.load_state_dict(loaded.weights, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    if c.tie_word_embeddings:
+        model.tie_weights()
+    return model.to(device=device, dtype=dtype).eval()
+
+
+class EngineBench:
+    def __init__(self, loaded: LoadedModel, options: BenchOptions) -> None:
+        self.loaded = loaded
+        self.options = options
+        self.engine = self.new_engine()
+        self.device = self.engine.device
+        self.dtype = self.engine.options.dtype
+        self.hf = hf_model_from(loaded, self.device, self.dtype)
+        self.vocab = loaded.config.vocab_size
+
+    def new_engine(self) -> LLMEngine:
+        c = self.loaded
+        return LLMEngine(c.config, c.weights, c.tokenizer, device=self.options.device)
+
+    def single_ours(self, prompt: list[int]) -> float:
+        params = SamplingParams(
+            max_tokens=self.options.single_tokens, temperature=0.0, ignore_eos=True
+        )
+        self.engine.add_request(prompt, params)
+        times = []
+        while self.engine.has_unfinished():
+            if self.engine.step():
+                times.append(time.perf_counter())
+        return decode_rate(times)
+
+    @torch.inference_mode()
+    def single_hf(self, prompt: list[int]) -> float:
+        clock = _Clock()
+        n = self.options.single_tokens
+        self.hf.generate(
+            torch.tensor([prompt], device=self.device),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            streamer=clock,
+            pad_token_id=0,
+        )
+        return decode_rate(clock.times[1:])  # the first put() is the prompt itself
+
+    def batch_ours(self, prompts: list[list[int]]) -> float:
+        engine = self.new_engine()
+        params = SamplingParams(
+            max_tokens=self.options.batch_tokens, temperature=0.0, ignore_eos=True
+        )
+        start = time.perf_counter()
+        for p in prompts:
+            engine.add_request(p, params)
+        generated = 0
+        while engine.has_unfinished():
+            generated += sum(len(d.token_ids) for d in engine.step())
+        return generated / (time.perf_counter() - start)
+
+    @torch.inference_mode()
+    def batch_hf(self, prompts: list[list[int]]) -> float:
+        n = self.options.batch_tokens
+        start = time.perf_counter()
+        generated = 0
+        for i in range(0, len(prompts), HF_BATCH_SIZE):
+            group = prompts[i : i + HF_BATCH_SIZE]
+            width = max(len(p) for p in group)
+            ids = torch.tensor([[0] * (width - len(p)) + p for p in group], device=self.device)
+            mask = torch.tensor(
+                [[0] * (width - len(p)) + [1] * len(p) for p in group], device=self.device
+            )
+            out = self.hf.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                pad_token_id=0,
+            )
+            generated += (out.shape[1] - width) * len(group)
+        return generated / (time.perf_counter() - start)
+
+    def ttft(self, prompt: list[int], salt: str) -> float:
+        params = SamplingParams(max_tokens=1, temperature=0.0)
+        start = time.perf_counter()
+        self.engine.add_request(prompt, params, salt=salt)
+        while not self.engine.step():
+            pass
+        return time.perf_counter() - start
+
+    def weight_bytes_per_token(self) -> int:
+        """Bytes of every weight a decode step reads (the embedding table: one row only)."""
+        model = self.engine.model
+        total = model.lm_head.numel() + model.final_norm.numel()
+        for layer in model.layers:
+            for name in ("input_norm", "qkv", "qkv_bias", "out", "post_norm", "gate_up", "down"):
+                tensor = getattr(layer, name)
+                total += 0 if tensor is None else tensor.numel()
+        return total * model.lm_head.element_size()
+
+
+def memory_bandwidth_gbs(device: torch.device, megabytes: int = 512) -> float:
+    """Read bandwidth: the best of a few full passes summing a large float32 tensor."""
+    data = torch.ones(megabytes * (1 << 20) // 4, dtype=torch.float32, device=device)
+    best = float("inf")
+    for _ in range(5):
+        _sync(device)
+        start = time.perf_counter()
+        data.sum()
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return data.numel() * 4 / best / 1e9
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run(options: BenchOptions) -> BenchResult:
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    loaded = load_model(options.model_path, progress=True)
+    bench = EngineBench(loaded, options)
+    rng = random.Random(0)
+    short = random_prompt(rng, 32, bench.vocab)
+    batch = [
+        random_prompt(rng, rng.randrange(*PROMPT_RANGE), bench.vocab)
+        for _ in range(options.batch_requests)
+    ]
+    long_prompt = random_prompt(rng, TTFT_PROMPT, bench.vocab)
+    ours, hf, cold, cached = [], [], [], []
+    stages = tqdm(total=4 * options.repeats + 3, desc="bench engine", file=sys.stderr)
+    bench.single_ours(short[:8])  # warm-up: first calls pay for lazy initialisation
+    bench.single_hf(short[:8])
+    for r in range(options.repeats):
+        ours.append(bench.single_ours(short))
+        hf.append(bench.single_hf(short))
+        cold.append(bench.ttft(long_prompt, salt=f"cold-{r}"))
+        cached.append(bench.ttft(long_prompt, salt=f"cold-{r}"))
+        stages.update(4)
+    batch_ours = bench.batch_ours(batch)
+    stages.update(1)
+    batch_hf = bench.batch_hf(batch)
+    stages.update(1)
+    bandwidth = memory_bandwidth_gbs(bench.device)
+    stages.update(1)
+    stages.close()
+    return BenchResult(
+        device=str(bench.device),
+        dtype=str(bench.dtype).removeprefix("torch."),
+        threads=torch.get_num_threads(),
+        single_ours_tps=max(ours),
+        single_hf_tps=max(hf),
+        batch_requests=len(batch),
+        batch_ours_tps=batch_ours,
+        batch_hf_static_tps=batch_hf,
+        ttft_cold_s=statistics.median(cold),
+        ttft_cached_s=statistics.median(cached),
+        bandwidth_gbs=bandwidth,
+        weight_bytes_per_token=bench.weight_bytes_per_token(),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer tokens and requests")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--model", default=None, help="GGUF file or HF folder")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
+    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    args = parser.parse_args(argv)
+    result = run(BenchOptions(args.quick, args.threads, args.model, args.device))
+    print(json.dumps(result.as_dict()) if args.json else result.report())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
