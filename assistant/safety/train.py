@@ -47,14 +47,14 @@ def fit(x: np.ndarray, y: np.ndarray, hidden: int, epochs: int, seed: int) -> di
     counts = torch.bincount(yt, minlength=len(CLASSES)).clamp(min=1).float()
     weight = counts.sum() / (len(CLASSES) * counts)
     net = torch.nn.Sequential(
-        torch.nn.Dropout(0.1),
+        torch.nn.Dropout(0.3),
         torch.nn.Linear(x.shape[1], hidden),
         torch.nn.ReLU(),
-        torch.nn.Dropout(0.2),
+        torch.nn.Dropout(0.3),
         torch.nn.Linear(hidden, len(CLASSES)),
     )
-    optimiser = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-2)
-    loss_fn = torch.nn.CrossEntropyLoss(weight=weight, label_smoothing=0.05)
+    optimiser = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=0.1)
+    loss_fn = torch.nn.CrossEntropyLoss(weight=weight, label_smoothing=0.1)
     for _ in tqdm(range(epochs), desc="train", file=sys.stderr):
         optimiser.zero_grad()
         loss_fn(net(xt), yt).backward()
@@ -91,8 +91,8 @@ def tune(head: Head, x: np.ndarray, examples: list[Example]) -> Thresholds:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=3, help="encoder layers to keep (0 = all)")
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--epochs", type=int, default=300)
+    parser.add_argument("--hidden", type=int, default=32)
+    parser.add_argument("--epochs", type=int, default=150)
     parser.add_argument("--seed", type=int, default=13)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
