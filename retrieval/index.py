@@ -126,7 +126,15 @@ class DocumentIndex:
                 "ingest the documents again, or configure the original model"
             )
 
-    def _build(self, docs, rows, vectors, live, ann, generation) -> _State:
+    def _build(
+        self,
+        docs: dict[int, DocumentInfo],
+        rows: list[ChunkRecord],
+        vectors: np.ndarray | None,
+        live: np.ndarray,
+        ann: object | None,
+        generation: int,
+    ) -> _State:
         import faiss
 
         dim = self.identity.dimension
@@ -229,7 +237,15 @@ class DocumentIndex:
             return None
         return state.live & np.isin(state.row_doc, np.asarray(wanted, dtype=np.int64))
 
-    def _rank(self, state, query, q, k, mask, mode) -> list[tuple[int, float]]:
+    def _rank(
+        self,
+        state: _State,
+        query: str,
+        q: np.ndarray | None,
+        k: int,
+        mask: np.ndarray | None,
+        mode: str,
+    ) -> list[tuple[int, float]]:
         cfg = self.config
         if mode == "bm25":
             return _bm25(state, query, k, mask)
