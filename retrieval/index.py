@@ -17,7 +17,7 @@ import numpy as np
 
 from retrieval import store
 from retrieval.embedder import Embedder, ModelIdentity
-from retrieval.lexical import Bm25
+from retrieval.lexical import Bm25, chunk_tokens
 from retrieval.records import (
     ChunkRecord,
     PreparedDocument,
@@ -110,6 +110,8 @@ class DocumentIndex:
         ann_path = folder / "ann.faiss"
         ann = _read_faiss(ann_path) if ann_path.exists() else None
         state = self._build(docs, rows, vectors, live, ann, manifest["generation"])
+        if (folder / "bm25").is_dir():
+            state.bm25 = Bm25.load(folder / "bm25", len(rows))
         state.stamp = stamp
         return state
 
@@ -325,10 +327,18 @@ class DocumentIndex:
 
             ann = faiss.clone_index(old.ann)
             ann.add(vectors[ann.ntotal :])
+        known = old.bm25.tokens if old.bm25 is not None and old.bm25.tokens else None
+        tokens = list(known) if known is not None else [
+            chunk_tokens(r.section, r.text) for r in old.rows
+        ]  # fmt: skip
+        tokens += [chunk_tokens(r.section, r.text) for r in rows[len(tokens) :]]
         if len(rows) and (1 - live.mean()) > self.config.compact_ratio:
             keep = np.flatnonzero(live)
             rows, vectors, live, ann = [rows[i] for i in keep], vectors[keep], live[keep], None
-        return self._build(docs, rows, vectors, live, ann, old.generation + 1)
+            tokens = [tokens[i] for i in keep]
+        state = self._build(docs, rows, vectors, live, ann, old.generation + 1)
+        state.bm25 = Bm25.build(tokens)
+        return state
 
     def _write(self, state: _State, add: list[PreparedDocument]) -> None:
         texts = self.root / "texts"
@@ -341,6 +351,10 @@ class DocumentIndex:
         store.write_synced(staging / "chunks.jsonl", chunks.encode("utf-8"))
         store.write_synced(staging / "vectors.npy", _npy(state.vectors))
         store.write_synced(staging / "live.npy", _npy(state.live))
+        (staging / "bm25").mkdir()
+        for path in state.bm25.save(staging / "bm25"):
+            store.fsync_file(path)
+        store.fsync_dir(staging / "bm25")
         if state.ann is not None:
             import faiss
 
@@ -389,9 +403,9 @@ def _read_faiss(path: Path):
 
 
 def _bm25(state: _State, query: str, k: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
-    with state.bm25_lock:  # built on first use, once per generation
+    with state.bm25_lock:  # generations written before BM25 was saved: build once
         if state.bm25 is None:
-            state.bm25 = Bm25([f"{r.section}\n{r.text}" for r in state.rows])
+            state.bm25 = Bm25.build([chunk_tokens(r.section, r.text) for r in state.rows])
     live = state.live if mask is None else mask
     return state.bm25.top(query, k, None if live.all() else live)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 
@@ -34,17 +35,42 @@ def tokenize(text: str) -> list[str]:
     return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
 
 
-class Bm25:
-    """Scores every chunk for a query; rows outside the mask score zero and are never ranked."""
+def chunk_tokens(section: str, text: str) -> list[str]:
+    """What BM25 indexes for a chunk: its breadcrumb and its text."""
+    return tokenize(f"{section}\n{text}")
 
-    def __init__(self, texts: list[str]) -> None:
+
+class Bm25:
+    """Scores every chunk for a query; rows outside the mask score zero and are never ranked.
+
+    Built by the writer at commit and saved with the generation, so readers only load it.
+    `tokens` (kept when built in this process) lets the next commit tokenize new rows only.
+    """
+
+    def __init__(self, model, size: int, tokens: list[list[str]] | None) -> None:
+        self._model = model
+        self.size = size
+        self.tokens = tokens
+
+    @classmethod
+    def build(cls, tokens: list[list[str]]) -> Bm25:
         import bm25s
 
-        self.size = len(texts)
-        self._model = bm25s.BM25()
+        model = bm25s.BM25()
         # bm25s needs a non-empty vocabulary; a placeholder token matches no query.
-        corpus = [tokenize(t) or ["\x00"] for t in texts] or [["\x00"]]
-        self._model.index(corpus, show_progress=False)
+        model.index([t or ["\x00"] for t in tokens] or [["\x00"]], show_progress=False)
+        return cls(model, len(tokens), tokens)
+
+    @classmethod
+    def load(cls, folder: Path, size: int) -> Bm25:
+        import bm25s
+
+        return cls(bm25s.BM25.load(str(folder)), size, None)
+
+    def save(self, folder: Path) -> list[Path]:
+        """Writes the index files into `folder`; returns them so the caller can fsync."""
+        self._model.save(str(folder))
+        return sorted(p for p in folder.iterdir() if p.is_file())
 
     def top(self, query: str, k: int, mask: np.ndarray | None) -> list[tuple[int, float]]:
         tokens = [t for t in tokenize(query) if t in self._model.vocab_dict]

@@ -34,6 +34,15 @@ def write_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def fsync_file(path: Path) -> None:
+    """Flush a file written by a library that does not fsync itself."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace `path` so that a reader sees either the old bytes or the new, never a mix."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -99,4 +99,6 @@ def test_generations_are_pruned_and_deleted_rows_compacted(tmp_path) -> None:
     index.commit(delete=[1, 2])
     reopened = DocumentIndex(root, IDENTITY, config=IndexConfig(relevance_floor=-1.0))
     assert len(reopened._state.rows) == len(reopened) == 12
+    assert reopened._state.bm25 is not None  # loaded with the generation, not rebuilt
+    assert reopened.search("text 4", k=4, mode="bm25")[0].document_id == 4
     assert {h.document_id for h in reopened.search("t", k=20, query_vector=unit(1))} == {3, 4, 5}
