@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -61,7 +61,6 @@ class RequestState:
     metrics: RequestMetrics
     decoder: Any = None  # IncrementalDecoder when there is a tokenizer
     stops: StopStringMatcher | None = None
-    logprobs: list[float] | None = field(default=None)
 
 
 def default_device() -> torch.device:
@@ -172,7 +171,6 @@ class LLMEngine:
             metrics=RequestMetrics(time.monotonic()),
             decoder=decoder,
             stops=StopStringMatcher(params.stop) if params.stop else None,
-            logprobs=[] if params.logprobs else None,
         )
 
     def _grammar_compiler(self):
@@ -191,7 +189,7 @@ class LLMEngine:
 
     def step(self) -> list[Delta]:
         """Take in queued requests and aborts, run one batch, return what each request gained."""
-        deltas = self._take_incoming()
+        deltas = self.apply_pending()
         out = self.scheduler.schedule()
         now = time.monotonic()
         for seq in out.admitted:
@@ -213,7 +211,9 @@ class LLMEngine:
         )
         return deltas
 
-    def _take_incoming(self) -> list[Delta]:
+    def apply_pending(self) -> list[Delta]:
+        """Take in queued requests and aborts now (`step()` does this first); aborts free
+        their blocks at once and return their last deltas."""
         while self._incoming:
             self.scheduler.add(self._incoming.popleft())
         deltas = []
@@ -231,9 +231,8 @@ class LLMEngine:
         state.sampler.accept(token.token_id)
         state.metrics.on_token(now)
         delta = Delta(seq.request_id, "", [token.token_id])
-        if state.logprobs is not None:
+        if state.params.logprobs:
             delta.logprobs = [token.logprob]
-            state.logprobs.append(token.logprob)
         if token.token_id in state.stop_ids:
             return self._finish(seq, "stop", now, delta)
         delta.text, stopped = self._text_of(state, token.token_id)

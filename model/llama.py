@@ -55,9 +55,10 @@ class PrefillSpan:
     start: int  # offset of its first new token in the flat batch
     length: int  # number of new tokens
     context: int  # tokens already in the cache before this chunk
-    slots: (
-        torch.Tensor | None
-    )  # cache slots of all context + length positions; None if context == 0
+    # Cache slots of all context + length positions, and the causal mask [length, context +
+    # length] over them; both None when the chunk starts the sequence (context == 0).
+    slots: torch.Tensor | None
+    mask: torch.Tensor | None = None
 
 
 @dataclass(slots=True)
@@ -262,9 +263,7 @@ class LlamaModel:
             # Earlier chunks are in the cache: attend to them plus this chunk, causally.
             k = flat_k.index_select(0, span.slots)
             v = flat_v.index_select(0, span.slots)
-            total = span.context + span.length
-            rows = torch.arange(span.length, device=q.device).unsqueeze(1) + span.context
-            mask = torch.arange(total, device=q.device).unsqueeze(0) <= rows
+            mask = span.mask
         out = F.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0),
             k.transpose(0, 1).unsqueeze(0),

@@ -98,7 +98,7 @@ class LLM:
         finally:
             if not finished:
                 self.engine.abort(request_id)
-                self.engine.step()
+                self.engine.apply_pending()
 
 
 class _Builder:

@@ -40,8 +40,7 @@ class ModelRunner:
                 table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(start, end)
             )
             if entry.num_new_tokens > 1:
-                context = self._slots(table, end) if start else None
-                spans.append(PrefillSpan(offset, entry.num_new_tokens, start, context))
+                spans.append(self._span(offset, entry.num_new_tokens, start, table))
             if entry.needs_logits:
                 logits_rows.append(len(ids) - 1)
                 sampled.append(entry)
@@ -57,6 +56,14 @@ class ModelRunner:
 
     def _tensor(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
+
+    def _span(self, offset: int, length: int, context: int, table: list[int]) -> PrefillSpan:
+        if not context:
+            return PrefillSpan(offset, length, 0, None)
+        rows = torch.arange(length).unsqueeze(1) + context
+        mask = torch.arange(context + length).unsqueeze(0) <= rows
+        slots = self._slots(table, context + length)
+        return PrefillSpan(offset, length, context, slots, mask.to(self.device))
 
     def _slots(self, table: list[int], length: int) -> torch.Tensor:
         blocks = torch.tensor(table[: -(-length // BLOCK_SIZE)], dtype=torch.long)
