@@ -55,19 +55,42 @@ class GrammarMatcher:
     def __init__(self, compiled: xgr.CompiledGrammar, vocab_size: int) -> None:
         self._matcher = xgr.GrammarMatcher(compiled)
         self.vocab_size = vocab_size
+        self._stop_ids = list(self._matcher.stop_token_ids)
+        self._finished: bool | None = None  # cached until the next accepted token
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int) -> None:
         """Write the allowed next tokens into row `index` of an int32 CPU bitmask."""
         self._matcher.fill_next_token_bitmask(bitmask, index)
 
     def accept_token(self, token_id: int) -> bool:
+        self._finished = None
         return self._matcher.accept_token(token_id)
 
     def accept_string(self, text: str) -> bool:
+        self._finished = None
         return self._matcher.accept_string(text)
 
     def is_terminated(self) -> bool:
-        return self._matcher.is_terminated()
+        """The grammar took a stop token, or its output is complete and nothing but a stop
+        token may follow: either way there is nothing left to generate."""
+        if self._finished is None:
+            self._finished = self._matcher.is_terminated() or (
+                self._matcher.is_completed() and self._only_stop_tokens_allowed()
+            )
+        return self._finished
+
+    def _only_stop_tokens_allowed(self) -> bool:
+        bitmask = xgr.allocate_token_bitmask(1, self.vocab_size)
+        self._matcher.fill_next_token_bitmask(bitmask, 0)
+        for token_id in self._stop_ids:
+            word, bit = divmod(token_id, 32)
+            bitmask[0, word] &= ~_as_int32(1 << bit)
+        return not bool(bitmask.any())
+
+
+def _as_int32(value: int) -> int:
+    """A 32-bit pattern as the signed int32 that xgrammar's bitmask stores."""
+    return value - (1 << 32) if value >= 1 << 31 else value
 
 
 class GrammarCompiler:

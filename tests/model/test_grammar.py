@@ -45,15 +45,13 @@ CHOICES = ["yes", "no", "yes please", 'n/a "quoted"', "émoji 😀\n"]
 
 
 @pytest.fixture(scope="module")
-def tokenizer(gguf_path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+def tokenizer(loaded_model):
+    return loaded_model.tokenizer
 
 
 @pytest.fixture(scope="module")
 def compiler(tokenizer) -> GrammarCompiler:
-    return GrammarCompiler(tokenizer.backend_tokenizer, VOCAB, [tokenizer.eos_token_id])
+    return GrammarCompiler(tokenizer.backend, VOCAB, tokenizer.eos_token_ids)
 
 
 def generate(compiler, tokenizer, params: SamplingParams, seed: int, max_steps: int = 120) -> str:
@@ -65,10 +63,11 @@ def generate(compiler, tokenizer, params: SamplingParams, seed: int, max_steps: 
         # Sharp random logits, so the draws wander all over the vocabulary.
         token = sample(torch.randn(1, VOCAB, generator=noise) * 4, [sampler])[0].token_id
         sampler.accept(token)
+        if token not in tokenizer.eos_token_ids:
+            ids.append(token)
         if sampler.grammar_terminated:
-            assert token == tokenizer.eos_token_id
             return tokenizer.decode(ids)
-        ids.append(token)
+        assert token not in tokenizer.eos_token_ids, "a stop token was accepted mid-grammar"
     raise AssertionError(
         f"grammar did not terminate in {max_steps} steps: {tokenizer.decode(ids)!r}"
     )
@@ -143,3 +142,15 @@ def test_choices_become_an_exact_alternation() -> None:
 def test_unsupported_constraints_fail_at_submission(compiler, params, message) -> None:
     with pytest.raises(UnsupportedGrammarError, match=re.escape(message)):
         compiler.matcher_for(params)
+
+
+def test_terminated_as_soon_as_only_a_stop_token_may_follow(compiler, tokenizer) -> None:
+    params = SamplingParams(choices=["yes", "yes please"])
+    matcher = compiler.matcher_for(params)
+    assert matcher.accept_string("yes")
+    assert not matcher.is_terminated()  # " please" may still follow
+    assert matcher.accept_string(" please")
+    assert matcher.is_terminated()
+    last_bit = compiler.matcher_for(SamplingParams(regex="a"))
+    last_bit._stop_ids.append(31)  # a stop id in the sign bit of its bitmask word
+    assert last_bit.accept_string("a") and last_bit.is_terminated()

@@ -190,3 +190,11 @@ def test_invalid_params_are_rejected_clearly(kwargs: dict, message: str) -> None
 def test_logits_shape_must_match_samplers() -> None:
     with pytest.raises(ValueError, match="one row per sampler"):
         sample(torch.zeros(2, 5), [make(SamplingParams(), 5)])
+
+
+def test_top_p_whose_set_is_larger_than_the_candidates_sorts_the_whole_row() -> None:
+    weights = torch.cat([torch.linspace(2.0, 1.0, 1500), torch.full((2596,), 1e-6)]).double()
+    mass = (weights / weights.sum()).cumsum(0)
+    top_p = float((mass[1299] + mass[1300]) / 2)  # halfway: 1301 tokens reach it
+    probs = truncated_probs(weights.float().log()[None, :], [SamplingParams(top_p=top_p)])
+    assert probs[0].nonzero().flatten().tolist() == list(range(1301))
