@@ -11,6 +11,7 @@ import typer
 from assistant.cli.errors import fail
 
 app = typer.Typer(help="Input/output safety classifiers.", no_args_is_help=True)
+BATCH = 64  # texts per encoder call for --file
 
 
 def _classifier(threads: int | None = None):
@@ -34,6 +35,8 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (one line per result)."),
 ) -> None:
     """Classify TEXT, or every line of --file, and print the decision."""
+    from tqdm import tqdm
+
     from assistant.safety.dataset import read_texts
 
     if (text is None) == (file is None):
@@ -42,12 +45,20 @@ def check(
     if file is not None and not as_json:
         raise fail("--file prints one JSON result per line: add --json")
     classifier = _classifier()
-    for item in texts:
-        result = classifier.check_output(item) if output else classifier.check_input(item)
-        if as_json:
-            typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+    batches = range(0, len(texts), BATCH)
+    if file is not None:
+        batches = tqdm(batches, desc="check", unit="batch", file=sys.stderr)
+    for start in batches:
+        batch = texts[start : start + BATCH]
+        if output:
+            results = [classifier.check_output(item) for item in batch]
         else:
-            typer.echo(_human(result.to_dict()))
+            results = classifier.check_inputs(batch)
+        for result in results:
+            if as_json:
+                typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+            else:
+                typer.echo(_human(result.to_dict()))
 
 
 @app.command("eval")

@@ -44,18 +44,39 @@ class SafetyClassifier:
         return cls(Head.load(weights), encoder_path, device)
 
     def score(self, prepared: Prepared) -> Scores:
-        windows = _windows(prepared.text)
-        flags = np.tile(prepared.flags(), (len(windows), 1))
-        probs = self.head.probabilities(feature_matrix(self.encoder, windows, flags))
-        by_class = dict(zip(self.head.classes, probs.max(axis=0).tolist(), strict=True))
-        return Scores(
-            unsafe=float(1.0 - probs[:, 0].min()),
-            categories={c: by_class[c] for c in CATEGORIES},
-        )
+        return self.score_many([prepared])[0]
+
+    def score_many(self, prepared: list[Prepared]) -> list[Scores]:
+        """Scores for many texts, their windows embedded in one batch."""
+        windows = [_windows(p.text) for p in prepared]
+        flat = [w for ws in windows for w in ws]
+        flags = np.stack([p.flags() for p, ws in zip(prepared, windows, strict=True) for _ in ws])
+        probs = self.head.probabilities(feature_matrix(self.encoder, flat, flags))
+        out, start = [], 0
+        for ws in windows:
+            rows = probs[start : start + len(ws)]
+            start += len(ws)
+            by_class = dict(zip(self.head.classes, rows.max(axis=0).tolist(), strict=True))
+            out.append(
+                Scores(
+                    unsafe=float(1.0 - rows[:, 0].min()),
+                    categories={c: by_class[c] for c in CATEGORIES},
+                )
+            )
+        return out
 
     def check_input(self, text: str) -> SafetyResult:
-        prepared = prepare(text)
-        scores = self.score(prepared)
+        return self.check_inputs([text])[0]
+
+    def check_inputs(self, texts: list[str]) -> list[SafetyResult]:
+        """Like `check_input` for each text, in order, with one batched encoder call."""
+        prepared = [prepare(t) for t in texts]
+        scores = self.score_many(prepared)
+        return [
+            self._input_result(t, p, s) for t, p, s in zip(texts, prepared, scores, strict=True)
+        ]
+
+    def _input_result(self, text: str, prepared: Prepared, scores: Scores) -> SafetyResult:
         result = self._decide(scores, prepared)
         secrets = [m.kind for m in find_pii(text) if m.kind in _SECRET_KINDS]
         if secrets and result.decision == "allow":
