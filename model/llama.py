@@ -71,9 +71,11 @@ class AttentionBatch:
 
     slot_mapping: torch.Tensor  # [T] cache slot (block * BLOCK_SIZE + offset) for each new token
     num_decodes: int = 0
-    decode_slots: torch.Tensor | None = None  # [D * L] slots of each decode's context, padded
-    decode_mask: torch.Tensor | None = None  # [D, 1, 1, L] True where the key is real
-    decode_len: int = 0  # L
+    # Each decode's context is read whole blocks at a time: [D * W] block ids (W = blocks of
+    # the longest context, shorter tables padded) and [D, 1, 1, W * BLOCK_SIZE], True where
+    # the position is part of that sequence's context (None when every position is).
+    decode_blocks: torch.Tensor | None = None
+    decode_mask: torch.Tensor | None = None
     prefills: tuple[PrefillSpan, ...] = ()
 
 
@@ -226,18 +228,18 @@ class LlamaModel:
         out = torch.empty_like(q)
         if batch.num_decodes:
             d = batch.num_decodes
-            out[:d] = self._decode_attention(q[:d], flat_k, flat_v, batch)
+            out[:d] = self._decode_attention(q[:d], k_cache, v_cache, batch)
         for span in batch.prefills:
             rows = slice(span.start, span.start + span.length)
             out[rows] = self._prefill_attention(q[rows], k[rows], v[rows], flat_k, flat_v, span)
         return out.view(n, nh * hd) @ layer.out
 
     def _decode_attention(
-        self, q: torch.Tensor, flat_k: torch.Tensor, flat_v: torch.Tensor, batch: AttentionBatch
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: AttentionBatch
     ) -> torch.Tensor:
-        d, length = batch.num_decodes, batch.decode_len
-        keys = flat_k.index_select(0, batch.decode_slots).view(d, length, self.n_kv, -1)
-        values = flat_v.index_select(0, batch.decode_slots).view(d, length, self.n_kv, -1)
+        d = batch.num_decodes
+        keys = k_cache.index_select(0, batch.decode_blocks).view(d, -1, self.n_kv, self.head_dim)
+        values = v_cache.index_select(0, batch.decode_blocks).view(d, -1, self.n_kv, self.head_dim)
         # One query per sequence: fold each KV head's group of query heads into the query
         # axis ([D, n_kv, group, hd]) so keys and values are used as stored, never repeated.
         group = self.n_heads // self.n_kv

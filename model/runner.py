@@ -72,16 +72,13 @@ class ModelRunner:
 
     def _add_decode_context(self, batch: AttentionBatch, decodes: list[ScheduledSeq]) -> None:
         lengths = [d.seq.num_computed_tokens + 1 for d in decodes]
-        longest = max(lengths)
-        width = -(-longest // BLOCK_SIZE)
+        width = -(-max(lengths) // BLOCK_SIZE)
         tables = torch.zeros(len(decodes), width, dtype=torch.long)
         for row, d in enumerate(decodes):
             used = d.seq.block_table[:width]
             tables[row, : len(used)] = torch.tensor(used, dtype=torch.long)
-        pos = torch.arange(longest)
-        slots = tables[:, pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE
-        batch.decode_slots = slots.flatten().to(self.device)
-        batch.decode_len = longest
-        if min(lengths) != longest:
+        batch.decode_blocks = tables.flatten().to(self.device)
+        if min(lengths) != width * BLOCK_SIZE:
+            pos = torch.arange(width * BLOCK_SIZE)
             mask = pos.unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
             batch.decode_mask = mask[:, None, None, :].to(self.device)
