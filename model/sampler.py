@@ -1,6 +1,6 @@
 """Turn a step's logits into one token per request.
 
-Order of processing for each row (the same order as HF transformers and vLLM):
+Order of processing for each row (HF transformers' order):
 penalties -> grammar mask -> temperature -> top-k -> top-p -> min-p -> draw.
 Greedy rows (temperature 0) take the argmax after penalties and the grammar mask.
 
