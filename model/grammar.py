@@ -2,6 +2,9 @@
 
 Fail closed: a schema keyword that xgrammar would silently ignore (so the output could break
 the schema) is rejected with UnsupportedGrammarError when the request is submitted.
+
+JSON comes out compact, and objects and arrays hold only what the schema lists (xgrammar's
+strict mode, vLLM's default): always valid, though `{"type": "object"}` alone yields `{}`.
 """
 
 from __future__ import annotations
