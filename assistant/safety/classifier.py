@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,10 +18,12 @@ from assistant.safety.prepare import Prepared, prepare
 from assistant.safety.responses import OUTPUT_STOPPED, refusal
 from assistant.safety.result import CATEGORIES, SafetyResult
 
-# The encoder reads at most 256 word pieces (~1,000 characters); longer text is read in
-# overlapping windows and the worst window decides.
-WINDOW_CHARS = 900
-WINDOW_OVERLAP = 200
+# The head was trained on requests of a sentence or two. A longer text is read as chunks
+# of whole sentences (an unsafe request padded with harmless text would otherwise be
+# averaged away by mean pooling), and the worst chunk decides.
+WINDOW_CHARS = 160
+WINDOW_OVERLAP = 60
+_SENTENCE_END = re.compile(r"(?<=[.!?。])\s+|\n+")
 _SECRET_KINDS = ("secret", "private_key")
 
 
@@ -154,7 +157,25 @@ def shared_classifier(encoder_path: str, device: str | None = None) -> SafetyCla
 
 
 def _windows(text: str) -> list[str]:
+    """Consecutive sentences packed into chunks of at most WINDOW_CHARS characters."""
     if len(text) <= WINDOW_CHARS:
         return [text]
+    chunks: list[str] = []
+    current = ""
+    for sentence in (s for s in _SENTENCE_END.split(text) if s.strip()):
+        for piece in _split_long(sentence):
+            if current and len(current) + 1 + len(piece) > WINDOW_CHARS:
+                chunks.append(current)
+                current = piece
+            else:
+                current = f"{current} {piece}" if current else piece
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _split_long(sentence: str) -> list[str]:
+    if len(sentence) <= WINDOW_CHARS:
+        return [sentence]
     step = WINDOW_CHARS - WINDOW_OVERLAP
-    return [text[i : i + WINDOW_CHARS] for i in range(0, len(text) - WINDOW_OVERLAP, step)]
+    return [sentence[i : i + WINDOW_CHARS] for i in range(0, len(sentence) - WINDOW_OVERLAP, step)]
