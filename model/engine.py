@@ -82,6 +82,12 @@ class LLMEngine:
         **options: Any,
     ) -> None:
         device = torch.device(device) if device is not None else default_device()
+        unknown = set(options) - set(EngineOptions.__dataclass_fields__) - {"device", "dtype"}
+        if unknown:
+            raise ValueError(
+                f"Unknown engine option(s) {', '.join(sorted(unknown))}; the options are "
+                f"{', '.join(f for f in EngineOptions.__dataclass_fields__ if f != 'device')}."
+            )
         self.options = EngineOptions(device=device, dtype=dtype or default_dtype(device), **options)
         self.config = config
         self.tokenizer = tokenizer

@@ -227,3 +227,5 @@ def test_bad_requests_are_refused_with_a_reason(hf_model) -> None:
         engine.add_request(list(range(100)), SamplingParams(max_tokens=100))
     with pytest.raises(ValueError, match="context window"):
         engine.add_request([1, 2], SamplingParams(max_tokens=5000))
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        make_engine(hf_model, max_seqs=4)
