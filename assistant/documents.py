@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError, ProgrammingError
@@ -246,6 +247,13 @@ class DocumentLibrary:
             return self.index.search(query, k, principal, collection, mode)
         except RetrievalError as exc:
             raise AssistantError("bad_search", str(exc)) from exc
+
+    def search_for(self, caller: Any) -> Callable[[str, int], list[dict[str, Any]]]:
+        """A search bound to one caller's permissions, for the `search_documents` tool."""
+        from retrieval import Principal
+
+        principal = Principal(caller.id, list(caller.groups), caller.role == "admin")
+        return lambda query, k: [hit.as_dict() for hit in self.search(query, k, principal)]
 
     def extracted_text(self, document_id: int) -> str:
         from retrieval import RetrievalError

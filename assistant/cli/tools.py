@@ -22,7 +22,11 @@ app = typer.Typer(
 # The one failure that is not the caller's to fix: a broken tool exits 1, not 2.
 _CRASHED = "tool_crashed"
 
-USER = typer.Option(..., "--user", help="Email of the user the call belongs to / who decides.")
+USER = typer.Option(
+    None,
+    "--user",
+    help="Email of the user the call belongs to / who decides (default: the local operator).",
+)
 AS_JSON = typer.Option(False, "--json", help="Print JSON.")
 
 
@@ -57,7 +61,7 @@ def run(
     name: str = typer.Argument(..., help="Tool name (see 'assistant tools list')."),
     args: str = typer.Option("{}", "--args", help="Arguments as a JSON object, e.g. '{\"k\": 3}'."),
     yes: bool = typer.Option(False, "--yes", help="Approve a side-effecting call right away."),
-    user: str = USER,
+    user: str | None = USER,
     as_json: bool = AS_JSON,
 ) -> None:
     """Propose a tool call; without --yes a call with side effects waits for approval."""
@@ -75,7 +79,7 @@ def run(
 @app.command()
 def approve(
     call_id: int = typer.Argument(..., help="The id 'tools run' printed."),
-    user: str = USER,
+    user: str | None = USER,
     as_json: bool = AS_JSON,
 ) -> None:
     """Approve a pending call (its owner or an admin) and run it."""
@@ -90,7 +94,7 @@ def approve(
 @app.command()
 def reject(
     call_id: int = typer.Argument(..., help="The id 'tools run' printed."),
-    user: str = USER,
+    user: str | None = USER,
     reason: str = typer.Option("", "--reason", help="Why, for the audit trail."),
     as_json: bool = AS_JSON,
 ) -> None:
@@ -103,7 +107,7 @@ def reject(
 @app.command()
 def show(
     call_id: int = typer.Argument(..., help="Tool call id."),
-    user: str = USER,
+    user: str | None = USER,
     as_json: bool = AS_JSON,
 ) -> None:
     """Show a call and its audit trail."""
@@ -135,17 +139,28 @@ def _registry() -> Any:
 
 
 def _tool_calls(services: Services) -> Any:
+    from assistant.documents import DocumentLibrary
     from assistant.tool_calls import ToolCalls
 
-    return ToolCalls(services.sessions, _registry(), timezone=services.settings.timezone)
+    return ToolCalls(
+        services.sessions,
+        _registry(),
+        timezone=services.settings.timezone,
+        search_for=DocumentLibrary(services).search_for,
+    )
 
 
-def _user(services: Services, email: str) -> Any:
+def _user(services: Services, email: str | None) -> Any:
     from sqlalchemy import select
 
     from assistant.storage.models import User
+    from assistant.storage.users import local_operator
 
     with transaction(services.sessions) as session:
+        if email is None:
+            user = local_operator(session)
+            session.expunge(user)
+            return user
         user = session.scalar(select(User).where(User.email == email.strip().lower()))
         if user is None or not user.is_active:
             raise fail(
@@ -165,7 +180,7 @@ def _parse_arguments(text: str) -> dict[str, Any]:
     return value
 
 
-def _report(view: Any, as_json: bool, email: str) -> None:
+def _report(view: Any, as_json: bool, email: str | None) -> None:
     if as_json:
         typer.echo(json.dumps({k: view.to_dict()[k] for k in ("id", "status", "result", "error")}))
     elif view.status == "done":
@@ -173,7 +188,7 @@ def _report(view: Any, as_json: bool, email: str) -> None:
     elif view.status == "pending_approval":
         typer.echo(
             f"call {view.id} ({view.tool_name}) is waiting for approval: "
-            f"assistant tools approve {view.id} --user {email}"
+            f"assistant tools approve {view.id}" + (f" --user {email}" if email else "")
         )
     elif view.status == "rejected":
         typer.echo(f"call {view.id} ({view.tool_name}) was rejected and will not run")

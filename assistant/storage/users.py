@@ -19,6 +19,9 @@ _hasher = PasswordHasher()
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _GROUP = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 KEY_PREFIX = "ak_"
+# The account CLI commands act as when no --user is given. Its password is random and
+# never shown, so it cannot sign in to the web app.
+LOCAL_OPERATOR_EMAIL = "operator@assistant.local"
 
 
 def create_user(
@@ -51,6 +54,22 @@ def _group(session: Session, name: str) -> Group:
         group = Group(name=name)
         session.add(group)
     return group
+
+
+def local_operator(session: Session) -> User:
+    """The local command-line operator (an admin), created on first use."""
+    user = session.scalar(select(User).where(User.email == LOCAL_OPERATOR_EMAIL))
+    if user is None:
+        password = secrets.token_urlsafe(32)
+        user = User(
+            email=LOCAL_OPERATOR_EMAIL,
+            password_hash=_hasher.hash(password),
+            role="admin",
+            groups=[],
+        )
+        session.add(user)
+        session.flush()
+    return user
 
 
 def list_users(session: Session) -> list[User]:

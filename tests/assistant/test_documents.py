@@ -107,6 +107,30 @@ def test_private_and_group_documents_stay_with_their_readers(library, tmp_path) 
         library.ingest([secret], visibility="public")
 
 
+def test_search_documents_tool_sees_only_what_its_caller_may_read(library, tmp_path) -> None:
+    from assistant.tool_calls import ToolCalls
+    from tools.builtin import builtin_registry
+    from tools.sandbox import Sandbox
+
+    with transaction(library.services.sessions) as session:
+        alice = create_user(session, "alice@example.com", "long enough")
+        bob = create_user(session, "bob@example.com", "long enough")
+    memo = write(tmp_path / "memo.md", "# Memo\n\n## Bonus\n\nThe 2027 bonus pool is 4 percent.\n")
+    library.ingest([memo], owner_id=alice.id, visibility="private")
+    calls = ToolCalls(
+        library.services.sessions, builtin_registry(Sandbox()), search_for=library.search_for
+    )
+    query = {"query": "how large is the bonus pool", "k": 3}
+
+    def documents(user) -> list[str]:
+        view = calls.propose(user, "search_documents", query)
+        assert view.status == "done", view.error
+        return [hit["document"] for hit in view.result["results"]]
+
+    assert documents(alice) == ["memo.md"]
+    assert documents(bob) == []
+
+
 def test_delete_removes_row_and_hits(library, tmp_path) -> None:
     path = write(
         tmp_path / "fleet.md", "# Fleet\n\n## Cars\n\nPool cars are booked in FleetBook.\n"

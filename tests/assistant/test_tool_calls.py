@@ -329,3 +329,16 @@ def test_cli_bad_input_is_one_line_and_exit_code_2(cli, args: tuple[str, ...]) -
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
+
+
+def test_cli_without_user_acts_as_the_local_operator(cli) -> None:
+    code, out, _ = cli("tools", "run", "calculator", "--args", '{"expression": "2 + 2"}', "--json")
+    assert (code, json.loads(out)["result"]["result"]) == (0, "4")
+    code, out, _ = cli("tools", "run", "create_it_ticket", "--args", json.dumps(TICKET), "--json")
+    pending = json.loads(out)
+    assert (code, pending["status"]) == (0, "pending_approval")
+    code, out, _ = cli("tools", "approve", str(pending["id"]), "--json")
+    assert code == 0 and json.loads(out)["status"] == "done"
+    code, out, _ = cli("users", "list", "--json")
+    operators = [u for u in json.loads(out) if u["email"] == "operator@assistant.local"]
+    assert [u["role"] for u in operators] == ["admin"]
