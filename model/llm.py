@@ -69,7 +69,15 @@ class LLM:
         """Submit every prompt at once (they share the batch) and wait for them all."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
-        ids = [self.engine.add_request(p, params) for p in prompts]
+        ids: list[str] = []
+        try:
+            for prompt in prompts:
+                ids.append(self.engine.add_request(prompt, params))
+        except ValueError:
+            for request_id in ids:  # all or nothing: no orphan requests left in the engine
+                self.engine.abort(request_id)
+            self.engine.apply_pending()
+            raise
         builders = {i: _Builder() for i in ids}
         while any(not b.done for b in builders.values()):
             for delta in self.engine.step():

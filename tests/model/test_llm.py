@@ -73,3 +73,10 @@ def test_logprobs_and_stop_strings(llm) -> None:
     assert done.logprobs is not None and len(done.logprobs) == done.completion_tokens
     assert all(lp <= 0.0 for lp in done.logprobs)
     assert done.finish_reason == "stop" and "\n" not in done.text and done.text.strip()
+
+
+def test_a_bad_prompt_in_a_batch_leaves_nothing_behind(llm) -> None:
+    with pytest.raises(ValueError, match="empty"):
+        llm.generate([PROMPTS[0], []], GREEDY)
+    assert not llm.engine.has_unfinished()
+    assert llm.engine.pool.num_free_blocks == llm.engine.pool.num_blocks
