@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=150)
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="where to write weights")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -110,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     head = Head(CLASSES, args.layers, Thresholds(0.5, 0.25), **weights)
     head.thresholds = tune(head, x_val, val)
     head.meta = {"seed": args.seed, "hidden": args.hidden, "epochs": args.epochs}
-    head.save(WEIGHTS_DIR)
-    classifier = SafetyClassifier.load(settings.embedding_model_path(), "cpu", WEIGHTS_DIR)
+    head.save(args.out)
+    # Evaluate what was saved (float16), not the float32 weights still in memory.
+    classifier = SafetyClassifier.load(settings.embedding_model_path(), "cpu", args.out)
     print(f"thresholds: refuse {head.thresholds.refuse}, caution {head.thresholds.caution}")
     print("== validation (thresholds tuned here) ==")
     print(evaluate(val, classifier.check_input).format())
