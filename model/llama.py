@@ -77,6 +77,21 @@ class AttentionBatch:
     decode_blocks: torch.Tensor | None = None
     decode_mask: torch.Tensor | None = None
     prefills: tuple[PrefillSpan, ...] = ()
+    decode_context: DecodeContext | None = None
+
+
+@dataclass(slots=True)
+class DecodeContext:
+    """Per layer padded copies of the decoding sequences' K/V, [>= D, n_kv, capacity, hd],
+    kept across steps: while the same sequences keep decoding, a step only appends its new
+    token instead of gathering every context from the paged cache again in every layer
+    (that gather moved more bytes than the weights themselves)."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    refresh: bool  # the batch changed: copy the whole contexts from the paged cache
+    rows: torch.Tensor  # [D] 0..D-1
+    positions: torch.Tensor  # [D] where each decode's new token goes
 
 
 class KVCache:
@@ -196,7 +211,7 @@ class LlamaModel:
         x = self.embed[input_ids]
         for i, layer in enumerate(self.layers):
             h = rms_norm(x, layer.input_norm, self.eps)
-            h = self._attention(h, layer, cos, sin, batch, cache.keys[i], cache.values[i])
+            h = self._attention(h, layer, cos, sin, batch, cache, i)
             x = x + h
             h = rms_norm(x, layer.post_norm, self.eps)
             gate, up = (h @ layer.gate_up).chunk(2, dim=-1)
@@ -211,10 +226,11 @@ class LlamaModel:
         cos: torch.Tensor,
         sin: torch.Tensor,
         batch: AttentionBatch,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
+        cache: KVCache,
+        i: int,
     ) -> torch.Tensor:
         n = x.shape[0]
+        k_cache, v_cache = cache.keys[i], cache.values[i]
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
         qkv = x @ layer.qkv if layer.qkv_bias is None else torch.addmm(layer.qkv_bias, x, layer.qkv)
         q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
@@ -228,7 +244,10 @@ class LlamaModel:
         out = torch.empty_like(q)
         if batch.num_decodes:
             d = batch.num_decodes
-            out[:d] = self._decode_attention(q[:d], k_cache, v_cache, batch)
+            if batch.decode_context is None:
+                out[:d] = self._decode_attention(q[:d], k_cache, v_cache, batch)
+            else:
+                out[:d] = self._decode_in_context(q[:d], k[:d], v[:d], k_cache, v_cache, batch, i)
         for span in batch.prefills:
             rows = slice(span.start, span.start + span.length)
             out[rows] = self._prefill_attention(q[rows], k[rows], v[rows], flat_k, flat_v, span)
@@ -247,6 +266,39 @@ class LlamaModel:
             q.view(d, self.n_kv, group, -1),
             keys.transpose(1, 2),
             values.transpose(1, 2),
+            attn_mask=batch.decode_mask,
+        )
+        return out.reshape(d, self.n_heads, -1)
+
+    def _decode_in_context(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        batch: AttentionBatch,
+        i: int,
+    ) -> torch.Tensor:
+        d, ctx = batch.num_decodes, batch.decode_context
+        keys, values = ctx.keys[i][:d], ctx.values[i][:d]
+        width = batch.decode_mask.shape[-1]
+        if ctx.refresh:
+            shape = (d, width, self.n_kv, self.head_dim)
+            keys[:, :, :width] = (
+                k_cache.index_select(0, batch.decode_blocks).view(shape).transpose(1, 2)
+            )
+            values[:, :, :width] = (
+                v_cache.index_select(0, batch.decode_blocks).view(shape).transpose(1, 2)
+            )
+        else:
+            keys[ctx.rows, :, ctx.positions] = k
+            values[ctx.rows, :, ctx.positions] = v
+        group = self.n_heads // self.n_kv
+        out = F.scaled_dot_product_attention(
+            q.view(d, self.n_kv, group, -1),
+            keys[:, :, :width],
+            values[:, :, :width],
             attn_mask=batch.decode_mask,
         )
         return out.reshape(d, self.n_heads, -1)

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from model.llama import BLOCK_SIZE, AttentionBatch, KVCache, LlamaModel, PrefillSpan
-from model.sequence import ScheduledSeq
+from model.llama import (
+    BLOCK_SIZE,
+    AttentionBatch,
+    DecodeContext,
+    KVCache,
+    LlamaModel,
+    PrefillSpan,
+)
+from model.sequence import ScheduledSeq, Sequence
+
+# Positions of room left after the longest context when the decode copies are (re)allocated,
+# so that they last that many steps before growing again.
+DECODE_HEADROOM = 128
 
 
 class ModelRunner:
@@ -13,6 +26,13 @@ class ModelRunner:
         self.model = model
         self.cache = cache
         self.device = model.device
+        # The decode copies (see DecodeContext) and which sequences, at which lengths, they
+        # hold; they may take at most as much memory again as the paged cache.
+        self._context_keys: list[torch.Tensor] = []
+        self._context_values: list[torch.Tensor] = []
+        self._context_seqs: list[Sequence] = []
+        self._context_lengths: list[int] = []
+        self._context_limit = 2 * sum(t.numel() * t.element_size() for t in cache.keys)
 
     def run(self, scheduled: list[ScheduledSeq]) -> tuple[torch.Tensor, list[ScheduledSeq]]:
         """Logits [n, vocab] for the entries that reach their last token, and those entries.
@@ -49,6 +69,8 @@ class ModelRunner:
         )
         if decodes:
             self._add_decode_context(batch, decodes)
+        else:
+            self._context_seqs = []
         logits = self.model.forward(
             self._tensor(ids), self._tensor(positions), batch, self.cache, self._tensor(logits_rows)
         )
@@ -71,14 +93,53 @@ class ModelRunner:
         return slots[:length].to(self.device)
 
     def _add_decode_context(self, batch: AttentionBatch, decodes: list[ScheduledSeq]) -> None:
-        lengths = [d.seq.num_computed_tokens + 1 for d in decodes]
+        seqs = [d.seq for d in decodes]
+        lengths = [s.num_computed_tokens + 1 for s in seqs]
         width = -(-max(lengths) // BLOCK_SIZE)
-        tables = torch.zeros(len(decodes), width, dtype=torch.long)
-        for row, d in enumerate(decodes):
-            used = d.seq.block_table[:width]
-            tables[row, : len(used)] = torch.tensor(used, dtype=torch.long)
-        batch.decode_blocks = tables.flatten().to(self.device)
-        if min(lengths) != width * BLOCK_SIZE:
+        context = self._decode_context(seqs, lengths, width * BLOCK_SIZE)
+        batch.decode_context = context
+        if context is None or context.refresh:
+            tables = torch.zeros(len(decodes), width, dtype=torch.long)
+            for row, seq in enumerate(seqs):
+                used = seq.block_table[:width]
+                tables[row, : len(used)] = torch.tensor(used, dtype=torch.long)
+            batch.decode_blocks = tables.flatten().to(self.device)
+        if context is not None or min(lengths) != width * BLOCK_SIZE:
             pos = torch.arange(width * BLOCK_SIZE)
             mask = pos.unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
             batch.decode_mask = mask[:, None, None, :].to(self.device)
+
+    def _decode_context(
+        self, seqs: list[Sequence], lengths: list[int], width: int
+    ) -> DecodeContext | None:
+        """The decode copies for this step, or None when they would not fit the memory limit."""
+        keys = self._context_keys
+        fits = bool(keys) and keys[0].shape[0] >= len(seqs) and keys[0].shape[2] >= width
+        same = (
+            fits
+            and len(seqs) == len(self._context_seqs)
+            and all(a is b for a, b in zip(seqs, self._context_seqs, strict=True))
+            and all(n == m + 1 for n, m in zip(lengths, self._context_lengths, strict=True))
+        )
+        if not fits and not self._allocate_context(len(seqs), width + DECODE_HEADROOM):
+            self._context_seqs = []
+            return None
+        self._context_seqs, self._context_lengths = seqs, lengths
+        return DecodeContext(
+            keys=self._context_keys,
+            values=self._context_values,
+            refresh=not same,
+            rows=torch.arange(len(seqs), device=self.device),
+            positions=torch.tensor(lengths, device=self.device) - 1,
+        )
+
+    def _allocate_context(self, rows: int, capacity: int) -> bool:
+        self._context_keys, self._context_values = [], []
+        k = self.cache.keys[0]
+        shape = (rows, k.shape[2], capacity, k.shape[3])
+        if 2 * len(self.cache.keys) * math.prod(shape) * k.element_size() > self._context_limit:
+            return False
+        for _ in self.cache.keys:
+            self._context_keys.append(torch.zeros(shape, dtype=k.dtype, device=self.device))
+            self._context_values.append(torch.zeros(shape, dtype=k.dtype, device=self.device))
+        return True

@@ -77,6 +77,23 @@ def test_32_concurrent_requests_equal_each_alone(hf_model, batch32) -> None:
         assert_same_or_near_tie(hf_model, p, got[rid], want)
 
 
+def test_decode_copies_match_gathering_the_paged_cache_each_step(hf_model) -> None:
+    # Requests end at different steps, so the decode batch keeps changing under the copies.
+    batch = prompts(12, seed=3)
+    outputs = []
+    for limit in (None, 0):
+        engine = make_engine(hf_model, max_num_batched_tokens=64)
+        if limit is not None:
+            engine.runner._context_limit = limit  # no room for copies: gather every step
+        ids = [
+            engine.add_request(p, SamplingParams(max_tokens=4 + 3 * i, temperature=0.0))
+            for i, p in enumerate(batch)
+        ]
+        got = run_all(engine)
+        outputs.append([got[rid] for rid in ids])
+    assert outputs[0] == outputs[1]
+
+
 def test_preempted_requests_resume_with_the_same_output(hf_model, batch32) -> None:
     batch, expected = batch32
     engine = make_engine(hf_model, num_blocks=14, max_num_batched_tokens=128)
