@@ -20,11 +20,12 @@ def _classifier(threads: int | None = None):
     from assistant.safety.classifier import shared_classifier
     from assistant.settings import Settings
 
-    if threads:
-        torch.set_num_threads(threads)
     settings = Settings()
     print("loading safety classifier...", file=sys.stderr)
-    return shared_classifier(settings.embedding_model_path(), settings.device)
+    classifier = shared_classifier(settings.embedding_model_path(), settings.device)
+    if threads:
+        torch.set_num_threads(threads)
+    return classifier
 
 
 @app.command()
@@ -65,7 +66,9 @@ def check(
 def eval_(
     file: Path = typer.Argument(..., help='JSONL of {"text", "label": benign|unsafe, "category"}.'),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    threads: int = typer.Option(0, "--threads", help="torch threads (0: torch's default)."),
+    threads: int = typer.Option(
+        0, "--threads", help="torch threads (0: the classifier's default, 1)."
+    ),
 ) -> None:
     """Precision/recall/F1 per category, benign false positive rate, latency p50/p95."""
     from tqdm import tqdm

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from assistant.safety.encoder import embed, load_encoder
+from assistant.safety.encoder import embed_spans, load_encoder
 from assistant.safety.head import WEIGHTS_DIR, Head
 from assistant.safety.ngrams import ngram_features
 from assistant.safety.pii import allowed_keys, find_pii, redact
@@ -20,7 +20,8 @@ from assistant.safety.result import CATEGORIES, SafetyResult
 
 # The head was trained on requests of a sentence or two. A longer text is read as chunks
 # of whole sentences (an unsafe request padded with harmless text would otherwise be
-# averaged away by mean pooling), and the worst chunk decides.
+# averaged away by mean pooling), and the worst chunk decides. The encoder still runs once
+# per text: each chunk pools the token states inside its span.
 WINDOW_CHARS = 160
 WINDOW_OVERLAP = 60
 _SENTENCE_END = re.compile(r"(?<=[.!?。])\s+|\n+")
@@ -36,9 +37,18 @@ class Scores:
 class SafetyClassifier:
     """Thread-safe once built; build one per process with `SafetyClassifier.load()`."""
 
-    def __init__(self, head: Head, encoder_path: str, device: str | None = None) -> None:
+    def __init__(
+        self, head: Head, encoder_path: str, device: str | None = None, threads: int | None = 1
+    ) -> None:
+        import torch
+
         self.head = head
         self.encoder = load_encoder(encoder_path, device, head.layers)
+        # One torch thread (process-wide, set once: changing it per call rebuilds the thread
+        # pool, which costs more than the check). On a shared CPU more threads mostly wait on
+        # each other, and concurrent requests run in parallel anyway. None keeps torch's.
+        if threads:
+            torch.set_num_threads(threads)
 
     @classmethod
     def load(
@@ -52,9 +62,8 @@ class SafetyClassifier:
     def score_many(self, prepared: list[Prepared]) -> list[Scores]:
         """Scores for many texts, their windows embedded in one batch."""
         windows = [_windows(p.text) for p in prepared]
-        flat = [w for ws in windows for w in ws]
-        flags = np.stack([p.flags() for p, ws in zip(prepared, windows, strict=True) for _ in ws])
-        probs = self.head.probabilities(feature_matrix(self.encoder, flat, flags))
+        rows = chunk_features(self.encoder, prepared, windows)
+        probs = self.head.probabilities(np.vstack(rows))
         out, start = [], 0
         for ws in windows:
             rows = probs[start : start + len(ws)]
@@ -137,10 +146,17 @@ class SafetyClassifier:
         return SafetyResult(decision, "safe", scores.categories, reasons)
 
 
-def feature_matrix(encoder, texts: list[str], flags: np.ndarray) -> np.ndarray:
-    """What the head reads, one row per text: embedding, hashed n-grams, disguise flags."""
-    grams = np.stack([ngram_features(t) for t in texts])
-    return np.hstack([embed(encoder, texts), grams, flags])
+def chunk_features(
+    encoder, prepared: list[Prepared], spans: list[list[tuple[int, int]]]
+) -> list[np.ndarray]:
+    """What the head reads, one row per span of each text: embedding, n-grams, disguise flags."""
+    vectors = embed_spans(encoder, [p.text for p in prepared], spans)
+    out = []
+    for p, text_spans, vecs in zip(prepared, spans, vectors, strict=True):
+        grams = np.stack([ngram_features(p.text[lo:hi]) for lo, hi in text_spans])
+        flags = np.repeat(p.flags()[None, :], len(text_spans), axis=0)
+        out.append(np.hstack([vecs, grams, flags]))
+    return out
 
 
 _LOCK = threading.Lock()
@@ -156,26 +172,35 @@ def shared_classifier(encoder_path: str, device: str | None = None) -> SafetyCla
         return _SHARED[key]
 
 
-def _windows(text: str) -> list[str]:
-    """Consecutive sentences packed into chunks of at most WINDOW_CHARS characters."""
+def _windows(text: str) -> list[tuple[int, int]]:
+    """Spans of consecutive sentences packed into chunks of at most WINDOW_CHARS characters."""
     if len(text) <= WINDOW_CHARS:
-        return [text]
-    chunks: list[str] = []
-    current = ""
-    for sentence in (s for s in _SENTENCE_END.split(text) if s.strip()):
-        for piece in _split_long(sentence):
-            if current and len(current) + 1 + len(piece) > WINDOW_CHARS:
+        return [(0, len(text))]
+    chunks: list[tuple[int, int]] = []
+    current: tuple[int, int] | None = None
+    for lo, hi in _sentences(text):
+        for piece in _split_long(lo, hi):
+            if current and piece[1] - current[0] > WINDOW_CHARS:
                 chunks.append(current)
                 current = piece
             else:
-                current = f"{current} {piece}" if current else piece
+                current = (current[0], piece[1]) if current else piece
     if current:
         chunks.append(current)
-    return chunks
+    return chunks or [(0, len(text))]
 
 
-def _split_long(sentence: str) -> list[str]:
-    if len(sentence) <= WINDOW_CHARS:
-        return [sentence]
+def _sentences(text: str) -> list[tuple[int, int]]:
+    spans, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        spans.append((start, match.start()))
+        start = match.end()
+    spans.append((start, len(text)))
+    return [(lo, hi) for lo, hi in spans if text[lo:hi].strip()]
+
+
+def _split_long(lo: int, hi: int) -> list[tuple[int, int]]:
+    if hi - lo <= WINDOW_CHARS:
+        return [(lo, hi)]
     step = WINDOW_CHARS - WINDOW_OVERLAP
-    return [sentence[i : i + WINDOW_CHARS] for i in range(0, len(sentence) - WINDOW_OVERLAP, step)]
+    return [(i, min(i + WINDOW_CHARS, hi)) for i in range(lo, hi - WINDOW_OVERLAP, step)]

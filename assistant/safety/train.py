@@ -1,6 +1,8 @@
 """Train the classifier head: `python -m assistant.safety.train [--layers N] [--seed S]`.
 
-Reads data/train.jsonl, tunes the thresholds on data/val.jsonl, writes weights/ and
+Reads data/train.jsonl and data/train_synth.jsonl (written by `assistant.safety.synth`),
+tunes the thresholds on data/val.jsonl (and out-of-fold scores of data/train.jsonl), writes
+weights/ and
 prints the report on the held-out data/test.jsonl (never used for fitting or tuning).
 Same seed, same data -> same weights.
 """
@@ -15,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from assistant.safety.classifier import SafetyClassifier, feature_matrix
+from assistant.safety.classifier import SafetyClassifier, chunk_features
 from assistant.safety.dataset import DATA_DIR, Example, load_examples
 from assistant.safety.encoder import load_encoder
 from assistant.safety.head import WEIGHTS_DIR, Head, Thresholds
@@ -27,19 +29,32 @@ from assistant.settings import Settings
 CLASSES = ["benign", *CATEGORIES]
 # At most this share of benign validation examples may be refused.
 MAX_VAL_FALSE_POSITIVES = 0.03
+BATCH = 32
+FOLDS = 3
 
 
 def features(encoder, examples: list[Example]) -> np.ndarray:
+    """One row per example (the whole text is one span), encoded in batches of similar length."""
     prepared = [prepare(ex.text) for ex in tqdm(examples, desc="prepare", file=sys.stderr)]
-    flags = np.stack([p.flags() for p in prepared])
-    return feature_matrix(encoder, [p.text for p in prepared], flags)
+    order = sorted(range(len(prepared)), key=lambda i: len(prepared[i].text))
+    rows: list[np.ndarray] = [np.empty(0)] * len(prepared)
+    for start in tqdm(range(0, len(order), BATCH), desc="encode", file=sys.stderr):
+        batch = [prepared[i] for i in order[start : start + BATCH]]
+        spans = [[(0, len(p.text))] for p in batch]
+        for i, row in zip(
+            order[start : start + BATCH], chunk_features(encoder, batch, spans), strict=True
+        ):
+            rows[i] = row[0]
+    return np.stack(rows)
 
 
 def targets(examples: list[Example]) -> np.ndarray:
     return np.array([CLASSES.index(ex.category) if ex.label == "unsafe" else 0 for ex in examples])
 
 
-def fit(x: np.ndarray, y: np.ndarray, hidden: int, epochs: int, seed: int) -> dict[str, np.ndarray]:
+def fit(
+    x: np.ndarray, y: np.ndarray, hidden: int, epochs: int, seed: int, progress: bool = True
+) -> dict[str, np.ndarray]:
     """A one-hidden-layer MLP, full batch, class-balanced cross-entropy."""
     import torch
 
@@ -56,7 +71,7 @@ def fit(x: np.ndarray, y: np.ndarray, hidden: int, epochs: int, seed: int) -> di
     )
     optimiser = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=0.1)
     loss_fn = torch.nn.CrossEntropyLoss(weight=weight, label_smoothing=0.1)
-    for _ in tqdm(range(epochs), desc="train", file=sys.stderr):
+    for _ in tqdm(range(epochs), desc="train", file=sys.stderr, disable=not progress):
         optimiser.zero_grad()
         loss_fn(net(xt), yt).backward()
         optimiser.step()
@@ -69,14 +84,36 @@ def fit(x: np.ndarray, y: np.ndarray, hidden: int, epochs: int, seed: int) -> di
     }
 
 
-def tune(head: Head, x: np.ndarray, examples: list[Example]) -> Thresholds:
-    """The refuse threshold with the best validation recall among those within the FP budget."""
-    unsafe_score = 1.0 - head.probabilities(x)[:, 0]
-    is_unsafe = np.array([ex.label == "unsafe" for ex in examples])
+def unsafe_scores(weights: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    head = Head(CLASSES, 0, Thresholds(0.5, 0.25), **weights)
+    return 1.0 - head.probabilities(x)[:, 0]
+
+
+def out_of_fold(
+    x: np.ndarray, y: np.ndarray, held: np.ndarray, args: argparse.Namespace
+) -> np.ndarray:
+    """Scores for the rows in `held`, each from a head trained without its fold.
+
+    The validation split alone has about a hundred benign examples, too few to place a
+    threshold at 3% false positives; the hand-written training examples scored this way
+    add several hundred more that the scoring head has not seen.
+    """
+    folds = np.array_split(np.random.default_rng(args.seed).permutation(held), FOLDS)
+    scores = np.zeros(len(x), dtype=np.float32)
+    for fold in tqdm(folds, desc="folds", file=sys.stderr):
+        keep = np.ones(len(x), dtype=bool)
+        keep[fold] = False
+        weights = fit(x[keep], y[keep], args.hidden, args.epochs, args.seed, progress=False)
+        scores[fold] = unsafe_scores(weights, x[fold])
+    return scores[held]
+
+
+def tune(scores: np.ndarray, is_unsafe: np.ndarray) -> Thresholds:
+    """The refuse threshold with the best recall among those within the FP budget."""
     candidates = []
     for t in np.round(np.arange(0.05, 0.96, 0.01), 2):
-        fp = float(np.mean(unsafe_score[~is_unsafe] >= t))
-        recall = float(np.mean(unsafe_score[is_unsafe] >= t))
+        fp = float(np.mean(scores[~is_unsafe] >= t))
+        recall = float(np.mean(scores[is_unsafe] >= t))
         # Within the budget, best recall; else fewest false positives. Ties: higher threshold.
         candidates.append(
             (
@@ -104,19 +141,26 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     settings = Settings()
     encoder = load_encoder(settings.embedding_model_path(), "cpu", args.layers)
-    train = load_examples(DATA_DIR / "train.jsonl")
+    hand = load_examples(DATA_DIR / "train.jsonl")
+    train = hand + load_examples(DATA_DIR / "train_synth.jsonl")
     val = load_examples(DATA_DIR / "val.jsonl")
     test = load_examples(DATA_DIR / "test.jsonl")
     x_train, x_val = features(encoder, train), features(encoder, val)
-    weights = fit(x_train, targets(train), args.hidden, args.epochs, args.seed)
-    head = Head(CLASSES, args.layers, Thresholds(0.5, 0.25), **weights)
-    head.thresholds = tune(head, x_val, val)
+    y_train = targets(train)
+    weights = fit(x_train, y_train, args.hidden, args.epochs, args.seed)
+    # Thresholds: validation scores plus out-of-fold scores of the hand-written examples.
+    held = np.arange(len(hand))
+    scores = np.concatenate(
+        [unsafe_scores(weights, x_val), out_of_fold(x_train, y_train, held, args)]
+    )
+    is_unsafe = np.array([ex.label == "unsafe" for ex in val + hand])
+    head = Head(CLASSES, args.layers, tune(scores, is_unsafe), **weights)
     head.meta = {"seed": args.seed, "hidden": args.hidden, "epochs": args.epochs}
     head.save(args.out)
     # Evaluate what was saved (float16), not the float32 weights still in memory.
     classifier = SafetyClassifier.load(settings.embedding_model_path(), "cpu", args.out)
     print(f"thresholds: refuse {head.thresholds.refuse}, caution {head.thresholds.caution}")
-    print("== validation (thresholds tuned here) ==")
+    print("== validation (thresholds tuned on it and on out-of-fold training scores) ==")
     print(evaluate(val, classifier.check_input).format())
     print("== held-out test ==")
     print(evaluate(test, classifier.check_input).format())

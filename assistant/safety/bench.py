@@ -1,0 +1,61 @@
+"""Latency of `check_input` on 500-character inputs: `python -m assistant.safety.bench`.
+
+Prints p50/p95 in milliseconds for each torch thread count, measured in this run on the
+machine as it is (a shared machine gives noisy numbers: compare runs side by side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+from assistant.safety.dataset import DATA_DIR, load_examples
+
+LENGTH = 500
+
+
+def inputs(count: int) -> list[str]:
+    """500-character texts made of validation examples run together, benign and unsafe."""
+    texts = [ex.text for ex in load_examples(DATA_DIR / "val.jsonl")]
+    out = []
+    for start in range(count):
+        parts, i = [], start
+        while sum(len(p) + 1 for p in parts) < LENGTH:
+            parts.append(texts[i % len(texts)])
+            i += 7
+        out.append(" ".join(parts)[:LENGTH])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=200)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from assistant.safety.classifier import shared_classifier
+    from assistant.settings import Settings
+
+    classifier = shared_classifier(Settings().embedding_model_path(), "cpu")
+    texts = inputs(args.count)
+    import torch
+
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        classifier.check_input(texts[0])
+        ms = []
+        for text in texts:
+            start = time.perf_counter()
+            classifier.check_input(text)
+            ms.append((time.perf_counter() - start) * 1000)
+        p50, p95 = np.percentile(ms, 50), np.percentile(ms, 95)
+        print(f"{LENGTH}-char input, {threads} thread(s): p50 {p50:.1f} ms  p95 {p95:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
