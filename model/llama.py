@@ -89,9 +89,11 @@ class DecodeContext:
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
-    refresh: bool  # the batch changed: copy the whole contexts from the paged cache
-    rows: torch.Tensor  # [D] 0..D-1
-    positions: torch.Tensor  # [D] where each decode's new token goes
+    # Rows before `fresh_from` continue from the last step and only get their new token (at
+    # `positions`); the others (new to the batch, or moved) copy their whole context from
+    # the paged cache, whose block ids are then `AttentionBatch.decode_blocks`.
+    fresh_from: int
+    positions: torch.Tensor  # [fresh_from]
 
 
 class KVCache:
@@ -283,17 +285,16 @@ class LlamaModel:
         d, ctx = batch.num_decodes, batch.decode_context
         keys, values = ctx.keys[i][:d], ctx.values[i][:d]
         width = batch.decode_mask.shape[-1]
-        if ctx.refresh:
-            shape = (d, width, self.n_kv, self.head_dim)
-            keys[:, :, :width] = (
-                k_cache.index_select(0, batch.decode_blocks).view(shape).transpose(1, 2)
-            )
-            values[:, :, :width] = (
-                v_cache.index_select(0, batch.decode_blocks).view(shape).transpose(1, 2)
-            )
-        else:
-            keys[ctx.rows, :, ctx.positions] = k
-            values[ctx.rows, :, ctx.positions] = v
+        f = ctx.fresh_from
+        if f < d:
+            shape = (d - f, width, self.n_kv, self.head_dim)
+            blocks = batch.decode_blocks
+            keys[f:, :, :width] = k_cache.index_select(0, blocks).view(shape).transpose(1, 2)
+            values[f:, :, :width] = v_cache.index_select(0, blocks).view(shape).transpose(1, 2)
+        if f:
+            rows = torch.arange(f, device=k.device)
+            keys[rows, :, ctx.positions] = k[:f]
+            values[rows, :, ctx.positions] = v[:f]
         group = self.n_heads // self.n_kv
         out = F.scaled_dot_product_attention(
             q.view(d, self.n_kv, group, -1),

@@ -98,9 +98,10 @@ class ModelRunner:
         width = -(-max(lengths) // BLOCK_SIZE)
         context = self._decode_context(seqs, lengths, width * BLOCK_SIZE)
         batch.decode_context = context
-        if context is None or context.refresh:
-            tables = torch.zeros(len(decodes), width, dtype=torch.long)
-            for row, seq in enumerate(seqs):
+        fresh = 0 if context is None else context.fresh_from
+        if fresh < len(seqs):
+            tables = torch.zeros(len(seqs) - fresh, width, dtype=torch.long)
+            for row, seq in enumerate(seqs[fresh:]):
                 used = seq.block_table[:width]
                 tables[row, : len(used)] = torch.tensor(used, dtype=torch.long)
             batch.decode_blocks = tables.flatten().to(self.device)
@@ -115,29 +116,35 @@ class ModelRunner:
         """The decode copies for this step, or None when they would not fit the memory limit."""
         keys = self._context_keys
         fits = bool(keys) and keys[0].shape[0] >= len(seqs) and keys[0].shape[2] >= width
-        same = (
-            fits
-            and len(seqs) == len(self._context_seqs)
-            and all(a is b for a, b in zip(seqs, self._context_seqs, strict=True))
-            and all(n == m + 1 for n, m in zip(lengths, self._context_lengths, strict=True))
-        )
         if not fits and not self._allocate_context(len(seqs), width + DECODE_HEADROOM):
             self._context_seqs = []
             return None
+        fresh_from = 0
+        if fits:
+            for seq, length, old, old_length in zip(
+                seqs, lengths, self._context_seqs, self._context_lengths, strict=False
+            ):
+                if seq is not old or length != old_length + 1:
+                    break
+                fresh_from += 1
         self._context_seqs, self._context_lengths = seqs, lengths
         return DecodeContext(
             keys=self._context_keys,
             values=self._context_values,
-            refresh=not same,
-            rows=torch.arange(len(seqs), device=self.device),
-            positions=torch.tensor(lengths, device=self.device) - 1,
+            fresh_from=fresh_from,
+            positions=torch.tensor(lengths[:fresh_from], device=self.device) - 1,
         )
 
     def _allocate_context(self, rows: int, capacity: int) -> bool:
+        # Rows to spare too, so that a batch still filling up does not reallocate every step.
         self._context_keys, self._context_values = [], []
         k = self.cache.keys[0]
-        shape = (rows, k.shape[2], capacity, k.shape[3])
-        if 2 * len(self.cache.keys) * math.prod(shape) * k.element_size() > self._context_limit:
+        for count in (1 << (rows - 1).bit_length(), rows):
+            shape = (count, k.shape[2], capacity, k.shape[3])
+            size = 2 * len(self.cache.keys) * math.prod(shape) * k.element_size()
+            if size <= self._context_limit:
+                break
+        else:
             return False
         for _ in self.cache.keys:
             self._context_keys.append(torch.zeros(shape, dtype=k.dtype, device=self.device))
