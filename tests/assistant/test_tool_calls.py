@@ -319,7 +319,6 @@ def test_cli_run_approve_reject(cli, cli_data_dir: Path) -> None:
         ("tools", "run", "calculator", "--args", '{"expr": "1"}', *ANN),
         ("tools", "run", "teleport", "--user", "ann@example.com"),
         ("tools", "run", "calculator", "--args", '{"expression": "1"}', "--user", "nobody@x.org"),
-        ("tools", "run", "calculator", "--args", '{"expression": "1"}'),
         ("tools", "approve", "424242", "--user", "ann@example.com"),
         ("tools", "approve", "abc", "--user", "ann@example.com"),
     ],
