@@ -1,24 +1,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-
-def run_cli(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ASSISTANT_DATA_DIR": str(data_dir)}
-    env.pop("ASSISTANT_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "assistant.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+from tests.cli_runner import run_cli
 
 
 def test_db_and_users_end_to_end(tmp_path: Path) -> None:

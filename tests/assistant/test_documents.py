@@ -1,10 +1,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ from assistant.settings import Settings
 from assistant.storage.database import transaction
 from assistant.storage.models import Document
 from assistant.storage.users import create_user
+from tests.cli_runner import run_cli
 from tests.retrieval.shared import POLICIES, bundled_embedder
 
 
@@ -143,18 +141,6 @@ def test_delete_removes_row_and_hits(library, tmp_path) -> None:
         library.delete(doc_id)
     with pytest.raises(NotFound):
         library.extracted_text(doc_id)
-
-
-def run_cli(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ASSISTANT_DATA_DIR": str(data_dir), "HF_HUB_OFFLINE": "1"}
-    env.pop("ASSISTANT_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "assistant.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
 
 
 def test_cli_ingest_and_search(tmp_path: Path) -> None:

@@ -51,26 +51,7 @@ def tiny_hf_model(
 
 
 def our_config(hf_model) -> ModelConfig:
-    c = hf_model.config
-    rope = dict(c.rope_parameters or {})
-    theta = rope.pop("rope_theta", 10000.0)
-    return ModelConfig(
-        architecture=c.model_type,
-        vocab_size=c.vocab_size,
-        hidden_size=c.hidden_size,
-        intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_hidden_layers,
-        num_attention_heads=c.num_attention_heads,
-        num_key_value_heads=c.num_key_value_heads,
-        head_dim=c.hidden_size // c.num_attention_heads,
-        rms_norm_eps=c.rms_norm_eps,
-        rope_theta=theta,
-        rope_scaling=rope if rope.get("rope_type", "default") != "default" else None,
-        max_position_embeddings=c.max_position_embeddings,
-        tie_word_embeddings=c.tie_word_embeddings,
-        attention_bias=c.model_type == "qwen2",
-        eos_token_ids=[],
-    )
+    return ModelConfig.from_hf_dict(hf_model.config.to_dict())
 
 
 def our_model(hf_model) -> LlamaModel:
