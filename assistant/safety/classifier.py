@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from assistant.safety.encoder import embed_spans, load_encoder
+from assistant.safety.encoder import embed_spans, load_lean_encoder
 from assistant.safety.head import WEIGHTS_DIR, Head
 from assistant.safety.ngrams import ngram_features
 from assistant.safety.pii import allowed_keys, find_pii, redact
@@ -43,7 +43,7 @@ class SafetyClassifier:
         import torch
 
         self.head = head
-        self.encoder = load_encoder(encoder_path, device, head.layers)
+        self.encoder = load_lean_encoder(encoder_path, device, head.layers)
         # One torch thread (process-wide, set once: changing it per call rebuilds the thread
         # pool, which costs more than the check). On a shared CPU more threads mostly wait on
         # each other, and concurrent requests run in parallel anyway. None keeps torch's.

@@ -1,8 +1,9 @@
 """The sentence encoder the classifier heads read: the bundled all-MiniLM-L6-v2.
 
-One instance per process (and per layer count), loaded on first use under a lock so
-concurrent requests share it. The classifier may use only the first `layers` transformer
-layers: the heads are trained on whatever the encoder gives, and fewer layers are faster.
+One instance per process, loaded on first use under a lock so concurrent requests share
+it. The injection gate embeds whole sentences with it; the classifier reads token states of
+its first `layers` transformer layers through `LeanEncoder` (the heads are trained on
+whatever the encoder gives, and fewer layers are faster).
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ import numpy as np
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+    from assistant.safety.lean_encoder import LeanEncoder
+
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, str, int], SentenceTransformer] = {}
+_LEAN: dict[tuple[str, str, int], LeanEncoder] = {}
 
 
 def load_encoder(path: str, device: str | None = None, layers: int = 0) -> SentenceTransformer:
@@ -34,6 +38,26 @@ def load_encoder(path: str, device: str | None = None, layers: int = 0) -> Sente
                 encoder.layer = encoder.layer[:layers]
             _MODELS[key] = model.eval()
         return _MODELS[key]
+
+
+def load_lean_encoder(path: str, device: str | None = None, layers: int = 0) -> LeanEncoder:
+    """The first `layers` layers of the shared encoder for `path`, ready for `embed_spans`."""
+    from assistant.safety.lean_encoder import LeanEncoder, compute_dtype
+
+    model = load_encoder(path, device)
+    key = (path, str(model.device), layers)
+    with _LOCK:
+        if key not in _LEAN:
+            lean = LeanEncoder(
+                model[0].auto_model,
+                model.tokenizer,
+                layers,
+                model.device,
+                compute_dtype(model.device),
+            )
+            lean.warm_up(MAX_TOKENS)
+            _LEAN[key] = lean
+        return _LEAN[key]
 
 
 def embed(model: SentenceTransformer, texts: list[str]) -> np.ndarray:
@@ -54,7 +78,7 @@ _STRIDE = 32
 
 
 def embed_spans(
-    model: SentenceTransformer, texts: list[str], spans: list[list[tuple[int, int]]]
+    encoder: LeanEncoder, texts: list[str], spans: list[list[tuple[int, int]]]
 ) -> list[np.ndarray]:
     """For each text, one L2-normalised embedding per character span, from ONE encoder pass.
 
@@ -62,10 +86,7 @@ def embed_spans(
     MAX_TOKENS) and each span's vector is the mean of the token states inside it, so
     chunks of a long text cost no extra encoder work.
     """
-    import torch
-
-    tokenizer = model.tokenizer
-    batch = tokenizer(
+    batch = encoder.tokenizer(
         texts,
         padding=True,
         truncation=True,
@@ -77,22 +98,21 @@ def embed_spans(
     )
     offsets = batch.pop("offset_mapping")
     owner = batch.pop("overflow_to_sample_mapping").tolist()
-    device = next(model.parameters()).device
-    with torch.inference_mode():
-        inputs = {k: v.to(device) for k, v in batch.items()}
-        states = model[0].auto_model(**inputs).last_hidden_state.float().cpu()
-    starts, ends = offsets[..., 0], offsets[..., 1]
-    real = (ends > starts) & batch["attention_mask"].bool()  # no special or padding tokens
+    states = encoder(batch["input_ids"], batch["attention_mask"]).numpy()
+    starts, ends = offsets[..., 0].numpy(), offsets[..., 1].numpy()
+    real = (ends > starts) & batch["attention_mask"].numpy().astype(bool)  # no special/padding
     out: list[np.ndarray] = []
     for i, text_spans in enumerate(spans):
         rows = [r for r, o in enumerate(owner) if o == i]
-        vectors = np.zeros((len(text_spans), states.shape[-1]), dtype=np.float32)
-        for j, (lo, hi) in enumerate(text_spans):
-            mask = real[rows] & (starts[rows] >= lo) & (ends[rows] <= hi)
-            if not mask.any():  # a span between tokens: take the tokens overlapping it
-                mask = real[rows] & (starts[rows] < hi) & (ends[rows] > lo)
-            if mask.any():
-                vectors[j] = states[rows][mask].mean(dim=0).numpy()
+        tokens = states[rows].reshape(-1, states.shape[-1])
+        lo = np.array([s[0] for s in text_spans])[:, None]
+        hi = np.array([s[1] for s in text_spans])[:, None]
+        s, e, ok = starts[rows].ravel(), ends[rows].ravel(), real[rows].ravel()
+        inside = ok & (s >= lo) & (e <= hi)
+        # A span between tokens takes the tokens overlapping it instead.
+        overlap = ok & (s < hi) & (e > lo)
+        weights = np.where(inside.any(axis=1, keepdims=True), inside, overlap).astype(np.float32)
+        vectors = (weights @ tokens) / np.maximum(weights.sum(axis=1, keepdims=True), 1.0)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         out.append(vectors / np.where(norms > 0, norms, 1.0))
     return out

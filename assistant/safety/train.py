@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from assistant.safety.classifier import SafetyClassifier, chunk_features
 from assistant.safety.dataset import DATA_DIR, Example, load_examples
-from assistant.safety.encoder import load_encoder
+from assistant.safety.encoder import load_lean_encoder
 from assistant.safety.head import WEIGHTS_DIR, Head, Thresholds
 from assistant.safety.metrics import evaluate
 from assistant.safety.prepare import prepare
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     # One thread: reproducible, and faster than two on a shared machine.
     torch.set_num_threads(1)
     settings = Settings()
-    encoder = load_encoder(settings.embedding_model_path(), "cpu", args.layers)
+    encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers)
     hand = load_examples(DATA_DIR / "train.jsonl")
     train = hand + load_examples(DATA_DIR / "train_synth.jsonl")
     val = load_examples(DATA_DIR / "val.jsonl")
