@@ -61,16 +61,26 @@ TTFT_PROMPT = 1500
 class BenchResult:
     device: str
     dtype: str
+    weights: str  # "packed" (4-/8-bit copies for decode) or "dense"
     threads: int
     single_ours_tps: float
-    single_hf_tps: float
+    # HF runs in float32 and in bfloat16; the ratios use its faster dtype (the *_hf_dtype).
+    single_hf_by_dtype: dict[str, float]
     batch_requests: int
     batch_ours_tps: float
-    batch_hf_static_tps: float
+    batch_hf_static_by_dtype: dict[str, float]
     ttft_cold_s: float
     ttft_cached_s: float
     bandwidth_gbs: float
     weight_bytes_per_token: int
+
+    @property
+    def single_hf_tps(self) -> float:
+        return max(self.single_hf_by_dtype.values())
+
+    @property
+    def batch_hf_static_tps(self) -> float:
+        return max(self.batch_hf_static_by_dtype.values())
 
     @property
     def single_ratio(self) -> float:
@@ -98,8 +108,8 @@ class BenchResult:
 
     def as_dict(self) -> dict[str, Any]:
         derived = (
-            "single_ratio", "batch_vs_hf_single", "batch_vs_hf_static", "ttft_ratio",
-            "bandwidth_limit_tps", "bandwidth_fraction",
+            "single_hf_tps", "batch_hf_static_tps", "single_ratio", "batch_vs_hf_single",
+            "batch_vs_hf_static", "ttft_ratio", "bandwidth_limit_tps", "bandwidth_fraction",
         )  # fmt: skip
         return {**asdict(self), **{name: getattr(self, name) for name in derived}}
 
@@ -107,13 +117,15 @@ class BenchResult:
         mb = self.weight_bytes_per_token / 1e6
         return "\n".join(
             [
-                f"engine benchmark on {self.device} ({self.dtype}, {self.threads} threads)",
+                f"engine benchmark on {self.device} (ours: {self.dtype}, {self.weights} weights; "
+                f"{self.threads} threads; HF: the faster of its dtypes)",
                 f"(a) single-stream greedy decode: ours {self.single_ours_tps:.1f} tok/s, "
-                f"HF generate {self.single_hf_tps:.1f} tok/s, ratio {self.single_ratio:.2f}x "
-                "(target >= 2x)",
+                f"HF generate {_by_dtype(self.single_hf_by_dtype)}, ratio "
+                f"{self.single_ratio:.2f}x (target >= 2x)",
                 f"(b) {self.batch_requests} concurrent requests: ours "
                 f"{self.batch_ours_tps:.1f} tok/s aggregate, HF static batches of "
-                f"{HF_BATCH_SIZE} {self.batch_hf_static_tps:.1f} tok/s; ours vs HF single-stream "
+                f"{HF_BATCH_SIZE} {_by_dtype(self.batch_hf_static_by_dtype)}; ours vs HF "
+                "single-stream "
                 f"{self.batch_vs_hf_single:.1f}x (target >= 8x), vs HF batched "
                 f"{self.batch_vs_hf_static:.1f}x",
                 f"(c) TTFT of a {TTFT_PROMPT}-token prompt: cold {self.ttft_cold_s * 1000:.0f} ms, "
@@ -124,6 +136,10 @@ class BenchResult:
                 f"decode reaches {self.bandwidth_fraction:.0%} (target >= 70%)",
             ]
         )
+
+
+def _by_dtype(rates: dict[str, float]) -> str:
+    return ", ".join(f"{rate:.1f} tok/s ({dtype})" for dtype, rate in rates.items())
 
 
 class _Clock:
@@ -188,12 +204,16 @@ class EngineBench:
         self.engine = self.new_engine()
         self.device = self.engine.device
         self.dtype = self.engine.options.dtype
-        self.hf = hf_model_from(loaded, self.device, self.dtype)
+        # HF's default float32, and bfloat16 (faster for it where matmul units take it).
+        self.hf_models = {
+            str(dtype).removeprefix("torch."): hf_model_from(loaded, self.device, dtype)
+            for dtype in (torch.float32, torch.bfloat16)
+        }
         self.vocab = loaded.config.vocab_size
 
     def new_engine(self) -> LLMEngine:
         c = self.loaded
-        return LLMEngine(c.config, c.weights, c.tokenizer, device=self.options.device)
+        return LLMEngine(c.config, c.weights, c.tokenizer, device=self.options.device, q4=c.q4)
 
     def single_ours(self, prompt: list[int]) -> float:
         params = SamplingParams(
@@ -207,10 +227,10 @@ class EngineBench:
         return decode_rate(times)
 
     @torch.inference_mode()
-    def single_hf(self, prompt: list[int]) -> float:
+    def single_hf(self, prompt: list[int], dtype: str) -> float:
         clock = _Clock()
         n = self.options.single_tokens
-        self.hf.generate(
+        self.hf_models[dtype].generate(
             torch.tensor([prompt], device=self.device),
             max_new_tokens=n,
             min_new_tokens=n,
@@ -234,7 +254,7 @@ class EngineBench:
         return generated / (time.perf_counter() - start)
 
     @torch.inference_mode()
-    def batch_hf(self, prompts: list[list[int]]) -> float:
+    def batch_hf(self, prompts: list[list[int]], dtype: str) -> float:
         n = self.options.batch_tokens
         start = time.perf_counter()
         generated = 0
@@ -245,7 +265,7 @@ class EngineBench:
             mask = torch.tensor(
                 [[0] * (width - len(p)) + [1] * len(p) for p in group], device=self.device
             )
-            out = self.hf.generate(
+            out = self.hf_models[dtype].generate(
                 ids,
                 attention_mask=mask,
                 max_new_tokens=n,
@@ -265,14 +285,20 @@ class EngineBench:
         return time.perf_counter() - start
 
     def weight_bytes_per_token(self) -> int:
-        """Bytes of every weight a decode step reads (the embedding table: one row only)."""
+        """Bytes of every weight a single-sequence decode step reads, in the form it reads
+        them (packed where the engine keeps packed copies; the embedding: one row only)."""
         model = self.engine.model
-        total = model.lm_head.numel() + model.final_norm.numel()
+        total = model.lm_head.bytes_per_row() + _nbytes(model.final_norm)
         for layer in model.layers:
-            for name in ("input_norm", "qkv", "qkv_bias", "out", "post_norm", "gate_up", "down"):
-                tensor = getattr(layer, name)
-                total += 0 if tensor is None else tensor.numel()
-        return total * model.lm_head.element_size()
+            total += _nbytes(layer.input_norm) + _nbytes(layer.post_norm)
+            total += sum(
+                p.bytes_per_row() for p in (layer.qkv, layer.out, layer.gate_up, layer.down)
+            )
+        return total
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
 
 
 def memory_bandwidth_gbs(device: torch.device, megabytes: int = 512) -> float:
@@ -305,32 +331,41 @@ def run(options: BenchOptions) -> BenchResult:
         for _ in range(options.batch_requests)
     ]
     long_prompt = random_prompt(rng, TTFT_PROMPT, bench.vocab)
-    ours, hf, cold, cached, bandwidth = [], [], [], [], []
-    stages = tqdm(total=5 * options.repeats + 2, desc="bench engine", file=sys.stderr)
+    dtypes = list(bench.hf_models)
+    ours, cold, cached, bandwidth = [], [], [], []
+    hf: dict[str, list[float]] = {d: [] for d in dtypes}
+    stages = tqdm(
+        total=(4 + len(dtypes)) * options.repeats + 3, desc="bench engine", file=sys.stderr
+    )
     bench.single_ours(short[:8])  # warm-up: first calls pay for lazy initialisation
-    bench.single_hf(short[:8])
+    for dtype in dtypes:
+        bench.single_hf(short[:8], dtype)
     for r in range(options.repeats):
         ours.append(bench.single_ours(short))
         # Measured right beside the decode it is compared with: the machine's load varies.
         bandwidth.append(memory_bandwidth_gbs(bench.device))
-        hf.append(bench.single_hf(short))
+        for dtype in dtypes:
+            hf[dtype].append(bench.single_hf(short, dtype))
         cold.append(bench.ttft(long_prompt, salt=f"cold-{r}"))
         cached.append(bench.ttft(long_prompt, salt=f"cold-{r}"))
-        stages.update(5)
+        stages.update(4 + len(dtypes))
     batch_ours = bench.batch_ours(batch)
     stages.update(1)
-    batch_hf = bench.batch_hf(batch)
-    stages.update(1)
+    batch_hf = {}
+    for dtype in dtypes:
+        batch_hf[dtype] = bench.batch_hf(batch, dtype)
+        stages.update(1)
     stages.close()
     return BenchResult(
         device=str(bench.device),
         dtype=str(bench.dtype).removeprefix("torch."),
+        weights="packed" if bench.engine.model.packed else "dense",
         threads=torch.get_num_threads(),
         single_ours_tps=max(ours),
-        single_hf_tps=max(hf),
+        single_hf_by_dtype={d: max(rates) for d, rates in hf.items()},
         batch_requests=len(batch),
         batch_ours_tps=batch_ours,
-        batch_hf_static_tps=batch_hf,
+        batch_hf_static_by_dtype=batch_hf,
         ttft_cold_s=statistics.median(cold),
         ttft_cached_s=statistics.median(cached),
         bandwidth_gbs=max(bandwidth),

@@ -10,6 +10,7 @@ so both give bit-identical values (the tests check it).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -157,3 +158,36 @@ def can_dequantize(tensor_type: GGMLQuantizationType) -> bool:
     except (NotImplementedError, ValueError, TypeError):
         return False
     return True
+
+
+@dataclass(slots=True)
+class Q4Groups:
+    """A Q4_0/Q4_1 matrix kept as 4-bit codes: w = scale * code + offset per group of 32
+    inputs. The engine packs these for torch's int4 kernel, so decode reads the file's own
+    4-bit weights instead of float copies (the values are exactly the dequantised ones)."""
+
+    codes: torch.Tensor  # uint8 [rows, cols], 0..15
+    scale: torch.Tensor  # float32 [rows, cols // 32]
+    offset: torch.Tensor  # float32 [rows, cols // 32]
+
+
+Q4_GROUP = 32
+
+
+def q4_groups(
+    data: np.ndarray, tensor_type: GGMLQuantizationType, shape: tuple[int, ...]
+) -> Q4Groups | None:
+    """The codes, scales and offsets of a 2-D Q4_0/Q4_1 tensor; None for other types."""
+    if tensor_type not in (T.Q4_0, T.Q4_1) or len(shape) != 2:
+        return None
+    _, type_size = GGML_QUANT_SIZES[tensor_type]
+    blocks = torch.from_numpy(np.array(data, dtype=np.uint8, copy=True)).reshape(-1, type_size)
+    rows, cols = shape
+    scale = _half(blocks, 0).reshape(rows, cols // Q4_GROUP)
+    if tensor_type == T.Q4_0:  # w = d * (q - 8)
+        codes = _split_nibbles(blocks[:, 2:], 16)
+        offset = -8 * scale
+    else:  # w = d * q + m
+        codes = _split_nibbles(blocks[:, 4:], 16)
+        offset = _half(blocks, 2).reshape(rows, cols // Q4_GROUP)
+    return Q4Groups(codes.reshape(rows, cols), scale, offset)

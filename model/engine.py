@@ -19,7 +19,9 @@ from typing import Any
 import torch
 
 from model.config import ModelConfig
+from model.dequantize import Q4Groups
 from model.kv_cache import BlockPool, num_blocks_for_budget
+from model.linear import cpu_has_bf16, packed_kernels_available
 from model.llama import LlamaModel
 from model.metrics import EngineMetrics, RequestMetrics
 from model.params import SamplingParams
@@ -49,8 +51,14 @@ class EngineOptions:
     kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES
     num_blocks: int | None = None  # overrides kv_cache_bytes (tests force preemption with it)
     max_num_seqs: int = 64
-    max_num_batched_tokens: int = 512
+    # Tokens per step. Large enough that a typical prompt is prefilled in one chunk (a chunk
+    # after the first attends through a mask, ~2.5x slower on the CPU) and a step's fixed
+    # costs are shared; decodes in the batch wait for the step, so this bounds their stall.
+    max_num_batched_tokens: int = 2048
     enable_prefix_caching: bool = True
+    # "packed": also keep 4-/8-bit copies of the projections for decode (model/linear.py);
+    # "dense": float copies only; "auto": packed where the CPU kernels for it are fast.
+    weight_format: str = "auto"
 
 
 @dataclass(slots=True)
@@ -68,7 +76,25 @@ def default_device() -> torch.device:
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
-    return torch.bfloat16 if device.type == "cuda" else torch.float32
+    # bfloat16 on GPUs and on CPUs with bfloat16 matrix instructions (AVX512-BF16/AMX), where
+    # it is several times faster than float32; float32 elsewhere (emulated bfloat16 is slow).
+    if device.type == "cuda" or cpu_has_bf16():
+        return torch.bfloat16
+    return torch.float32
+
+
+def use_packed_weights(weight_format: str, device: torch.device, dtype: torch.dtype) -> bool:
+    if weight_format not in ("auto", "packed", "dense"):
+        raise ValueError(
+            f"weight_format must be 'auto', 'packed' or 'dense', not {weight_format!r}."
+        )
+    fast = packed_kernels_available(device, dtype)
+    if weight_format == "packed" and not fast:
+        raise ValueError(
+            "weight_format='packed' needs bfloat16 on a CPU with AVX512-BF16; "
+            "use weight_format='auto' or 'dense' here."
+        )
+    return weight_format == "packed" or (weight_format == "auto" and fast)
 
 
 class LLMEngine:
@@ -79,8 +105,11 @@ class LLMEngine:
         tokenizer: Any = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
+        q4: dict[str, Q4Groups] | None = None,
         **options: Any,
     ) -> None:
+        """`weights`: float32 tensors under HF names; `q4`: the file's 4-bit codes of some of
+        them (LoadedModel.q4), which packed weights use as they are."""
         device = torch.device(device) if device is not None else default_device()
         unknown = set(options) - set(EngineOptions.__dataclass_fields__) - {"device", "dtype"}
         if unknown:
@@ -91,7 +120,8 @@ class LLMEngine:
         self.options = EngineOptions(device=device, dtype=dtype or default_dtype(device), **options)
         self.config = config
         self.tokenizer = tokenizer
-        self.model = LlamaModel(config, weights, device, self.options.dtype)
+        packed = use_packed_weights(self.options.weight_format, device, self.options.dtype)
+        self.model = LlamaModel(config, weights, device, self.options.dtype, q4, packed)
         num_blocks = self.options.num_blocks or num_blocks_for_budget(
             config, self.options.dtype, self.options.kv_cache_bytes
         )

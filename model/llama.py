@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from model.config import ModelConfig, UnsupportedModelError
+from model.dequantize import Q4Groups
+from model.linear import Projection, projection_cat
 
 BLOCK_SIZE = 16
 
@@ -119,17 +121,12 @@ class KVCache:
 
 @dataclass(slots=True)
 class LayerWeights:
-    """Projection weights are stored transposed, [in, out], for `x @ w`: a single-token
-    matrix-vector product then streams the weights in memory order, which on the CPU reads
-    them markedly faster than `F.linear`'s [out, in] layout."""
-
     input_norm: torch.Tensor
-    qkv: torch.Tensor  # q, k and v projections side by side: one matmul instead of three
-    qkv_bias: torch.Tensor | None
-    out: torch.Tensor
+    qkv: Projection  # q, k and v projections side by side: one matmul instead of three
+    out: Projection
     post_norm: torch.Tensor
-    gate_up: torch.Tensor  # gate and up projections side by side
-    down: torch.Tensor
+    gate_up: Projection  # gate and up projections side by side
+    down: Projection
 
 
 class LlamaModel:
@@ -141,44 +138,59 @@ class LlamaModel:
         weights: dict[str, torch.Tensor],
         device: torch.device,
         dtype: torch.dtype,
+        q4: dict[str, Q4Groups] | None = None,
+        packed: bool = False,
     ) -> None:
+        """`q4`: the file's 4-bit codes by HF name; `packed`: also keep packed copies of the
+        projections for few-row products (see model/linear.py; bfloat16 on the CPU only)."""
         self.config = config
         self.device = device
         self.dtype = dtype
+        self.packed = packed
         self.n_heads = config.num_attention_heads
         self.n_kv = config.num_key_value_heads
         self.head_dim = config.head_dim
         self.eps = config.rms_norm_eps
-
-        def take(name: str) -> torch.Tensor:
-            if name not in weights:
-                raise UnsupportedModelError(f"The weights have no tensor '{name}'.")
-            return weights[name].to(device=device, dtype=dtype).contiguous()
-
-        self.embed = take("model.embed_tokens.weight")
-        self.final_norm = take("model.norm.weight")
+        self._weights, self._q4 = weights, q4 or {}
+        self.embed = self._take("model.embed_tokens.weight")
+        self.final_norm = self._take("model.norm.weight")
         untied = "lm_head.weight" in weights and not config.tie_word_embeddings
-        self.lm_head = (take("lm_head.weight") if untied else self.embed).t().contiguous()
-        self.layers = [self._layer(take, i) for i in range(config.num_hidden_layers)]
+        self.lm_head = self._projection(
+            ["lm_head.weight" if untied else "model.embed_tokens.weight"]
+        )
+        self.layers = [self._layer(i) for i in range(config.num_hidden_layers)]
+        del self._weights, self._q4
         self._init_rope()
 
-    def _layer(self, take, i: int) -> LayerWeights:
+    def _take(self, name: str) -> torch.Tensor:
+        return self._raw(name).to(device=self.device, dtype=self.dtype).contiguous()
+
+    def _raw(self, name: str) -> torch.Tensor:
+        if name not in self._weights:
+            raise UnsupportedModelError(f"The weights have no tensor '{name}'.")
+        return self._weights[name]
+
+    def _projection(self, names: list[str], bias: list[str] | None = None) -> Projection:
+        return projection_cat(
+            [self._raw(n) for n in names],
+            [self._q4.get(n) for n in names],
+            self.dtype,
+            self.device,
+            bias=torch.cat([self._raw(b) for b in bias]) if bias else None,
+            packed=self.packed,
+        )
+
+    def _layer(self, i: int) -> LayerWeights:
         p = f"model.layers.{i}."
         attn = p + "self_attn."
-        qkv = torch.cat([take(attn + f"{n}_proj.weight") for n in "qkv"]).t().contiguous()
-        bias = None
-        if self.config.attention_bias:
-            bias = torch.cat([take(attn + f"{n}_proj.bias") for n in "qkv"])
-        gate_up = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")])
-        gate_up = gate_up.t().contiguous()
+        bias = [attn + f"{n}_proj.bias" for n in "qkv"] if self.config.attention_bias else None
         return LayerWeights(
-            input_norm=take(p + "input_layernorm.weight"),
-            qkv=qkv,
-            qkv_bias=bias,
-            out=take(attn + "o_proj.weight").t().contiguous(),
-            post_norm=take(p + "post_attention_layernorm.weight"),
-            gate_up=gate_up,
-            down=take(p + "mlp.down_proj.weight").t().contiguous(),
+            input_norm=self._take(p + "input_layernorm.weight"),
+            qkv=self._projection([attn + f"{n}_proj.weight" for n in "qkv"], bias),
+            out=self._projection([attn + "o_proj.weight"]),
+            post_norm=self._take(p + "post_attention_layernorm.weight"),
+            gate_up=self._projection([p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
+            down=self._projection([p + "mlp.down_proj.weight"]),
         )
 
     def _init_rope(self) -> None:
@@ -210,16 +222,18 @@ class LlamaModel:
             )
         cos = self.rope_cos[positions].unsqueeze(1)
         sin = self.rope_sin[positions].unsqueeze(1)
-        x = self.embed[input_ids]
+        # The residual stream stays in float32 whatever the compute dtype: summed over every
+        # layer in bfloat16 it drifts by whole logits; only the projections' inputs are cast.
+        x = self.embed[input_ids].float()
         for i, layer in enumerate(self.layers):
             h = rms_norm(x, layer.input_norm, self.eps)
             h = self._attention(h, layer, cos, sin, batch, cache, i)
             x = x + h
             h = rms_norm(x, layer.post_norm, self.eps)
-            gate, up = (h @ layer.gate_up).chunk(2, dim=-1)
-            x = x + (F.silu(gate) * up) @ layer.down
+            gate, up = layer.gate_up(h).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
         x = rms_norm(x[logits_indices], self.final_norm, self.eps)
-        return (x @ self.lm_head).float()
+        return self.lm_head(x).float()
 
     def _attention(
         self,
@@ -234,7 +248,7 @@ class LlamaModel:
         n = x.shape[0]
         k_cache, v_cache = cache.keys[i], cache.values[i]
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
-        qkv = x @ layer.qkv if layer.qkv_bias is None else torch.addmm(layer.qkv_bias, x, layer.qkv)
+        qkv = layer.qkv(x)
         q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
         q = apply_rope(q.view(n, nh, hd), cos, sin)
         k = apply_rope(k.view(n, nkv, hd), cos, sin)
@@ -253,7 +267,7 @@ class LlamaModel:
         for span in batch.prefills:
             rows = slice(span.start, span.start + span.length)
             out[rows] = self._prefill_attention(q[rows], k[rows], v[rows], flat_k, flat_v, span)
-        return out.view(n, nh * hd) @ layer.out
+        return layer.out(out.view(n, nh * hd))
 
     def _decode_attention(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: AttentionBatch
@@ -331,11 +345,12 @@ class LlamaModel:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # Normalised in float32 whatever the dtype, as the reference does; written out because
-    # F.rms_norm costs several times more per call on small CPU tensors (decode).
+    """Normalised in float32, as the reference does, then scaled in the weight's dtype (the
+    compute dtype). Written out: F.rms_norm costs several times more per call on small CPU
+    tensors (decode)."""
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
+    return weight * h.to(weight.dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -58,7 +58,13 @@ class LLM:
         self.config = loaded.config
         self.tokenizer = loaded.tokenizer
         self.engine = LLMEngine(
-            loaded.config, loaded.weights, loaded.tokenizer, device, dtype, **engine_options
+            loaded.config,
+            loaded.weights,
+            loaded.tokenizer,
+            device,
+            dtype,
+            q4=loaded.q4,
+            **engine_options,
         )
 
     def generate(

@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -21,7 +21,13 @@ import torch
 from tqdm import tqdm
 
 from model.config import ModelConfig, UnsupportedModelError
-from model.dequantize import UnsupportedTensorTypeError, can_dequantize, dequantize
+from model.dequantize import (
+    Q4Groups,
+    UnsupportedTensorTypeError,
+    can_dequantize,
+    dequantize,
+    q4_groups,
+)
 from model.gguf_file import GGUFFile, GGUFFormatError, read_gguf
 from model.tokenizer import Tokenizer, TokenizerError
 
@@ -60,6 +66,9 @@ class LoadedModel:
     config: ModelConfig
     weights: dict[str, torch.Tensor]
     tokenizer: Tokenizer
+    # The 4-bit codes of the matrices the file stores as Q4_0/Q4_1, under the same HF names
+    # and layout as `weights` (whose float values they reproduce exactly).
+    q4: dict[str, Q4Groups] = field(default_factory=dict)
 
 
 def default_model_path() -> Path:
@@ -103,14 +112,25 @@ def _load_gguf(path: Path, progress: bool) -> LoadedModel:
     _check_tensor_types(gguf)
     names = _gguf_parameter_names(gguf, config)
     tensors = [gguf.tensors[name] for name in names]
-    values = _parallel(lambda t: dequantize(t.data, t.tensor_type, t.shape), tensors, progress)
-    weights = {
-        hf_name: _to_hf_layout(hf_name, value, config)
-        for hf_name, value in zip(names.values(), values, strict=True)
-    }
+    values = _parallel(_read_tensor, tensors, progress)
+    weights, q4 = {}, {}
+    for hf_name, (value, groups) in zip(names.values(), values, strict=True):
+        weights[hf_name] = _to_hf_layout(hf_name, value, config)
+        if groups is not None:
+            q4[hf_name] = Q4Groups(
+                *(
+                    _to_hf_layout(hf_name, t, config)
+                    for t in (groups.codes, groups.scale, groups.offset)
+                )
+            )
     _check_shapes(weights, config, path)
     tokenizer = Tokenizer.from_gguf_metadata(gguf.metadata, config.eos_token_ids)
-    return LoadedModel(config=config, weights=weights, tokenizer=tokenizer)
+    return LoadedModel(config=config, weights=weights, tokenizer=tokenizer, q4=q4)
+
+
+def _read_tensor(tensor) -> tuple[torch.Tensor, Q4Groups | None]:
+    value = dequantize(tensor.data, tensor.tensor_type, tensor.shape)
+    return value, q4_groups(tensor.data, tensor.tensor_type, tensor.shape)
 
 
 def _gguf_config(gguf: GGUFFile) -> ModelConfig:

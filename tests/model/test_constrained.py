@@ -50,6 +50,7 @@ def engine(loaded_model) -> LLMEngine:
         loaded_model.config,
         loaded_model.weights,
         loaded_model.tokenizer,
+        q4=loaded_model.q4,
         kv_cache_bytes=256 << 20,
         max_num_seqs=200,
         max_num_batched_tokens=1024,

@@ -25,7 +25,8 @@ def hf_model():
 
 def make_engine(hf_model, **options) -> LLMEngine:
     weights = {k: v.detach().float() for k, v in hf_model.state_dict().items()}
-    return LLMEngine(our_config(hf_model), weights, device="cpu", **options)
+    # float32: these tests compare with the float32 reference token for token.
+    return LLMEngine(our_config(hf_model), weights, device="cpu", dtype=torch.float32, **options)
 
 
 def run_all(engine: LLMEngine) -> dict[str, list[int]]:

@@ -80,7 +80,11 @@ def test_greedy_continuations_match_the_reference(loaded_model, encoded, hf_refe
     """64 greedy tokens, prompts batched together in our engine, each alone in the reference."""
     hf_model = hf_reference[0]
     engine = LLMEngine(
-        loaded_model.config, loaded_model.weights, loaded_model.tokenizer, device="cpu"
+        loaded_model.config,
+        loaded_model.weights,
+        loaded_model.tokenizer,
+        device="cpu",
+        dtype=torch.float32,
     )
     params = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True)
     prompts = encoded[1:]
