@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from model.config import ModelConfig, UnsupportedModelError
 from model.dequantize import Q4Groups
 from model.linear import Projection, projection_cat
+from model.native import decode_attention, decode_attention_available
 
 BLOCK_SIZE = 16
 
@@ -80,6 +81,10 @@ class AttentionBatch:
     decode_mask: torch.Tensor | None = None
     prefills: tuple[PrefillSpan, ...] = ()
     decode_context: DecodeContext | None = None
+    # For the native decode kernel instead of all the above: [D, max_blocks] block tables
+    # and [D] context lengths (the new token's included), read straight from the cache.
+    decode_tables: torch.Tensor | None = None
+    decode_lengths: torch.Tensor | None = None
 
 
 @dataclass(slots=True)
@@ -151,6 +156,13 @@ class LlamaModel:
         self.n_kv = config.num_key_value_heads
         self.head_dim = config.head_dim
         self.eps = config.rms_norm_eps
+        # The C decode-attention kernel (model/native.py) where it builds: CPU, float32 or
+        # bfloat16, its buffer limits; SDPA over gathered copies otherwise.
+        self.native_decode = (
+            self.head_dim <= 256
+            and self.n_heads // self.n_kv <= 16
+            and decode_attention_available(device, dtype)
+        )
         self._weights, self._q4 = weights, q4 or {}
         self.embed = self._take("model.embed_tokens.weight")
         self.final_norm = self._take("model.norm.weight")
@@ -260,7 +272,9 @@ class LlamaModel:
         out = torch.empty_like(q)
         if batch.num_decodes:
             d = batch.num_decodes
-            if batch.decode_context is None:
+            if batch.decode_lengths is not None:
+                out[:d] = self._native_decode(q[:d], k_cache, v_cache, batch)
+            elif batch.decode_context is None:
                 out[:d] = self._decode_attention(q[:d], k_cache, v_cache, batch)
             else:
                 out[:d] = self._decode_in_context(q[:d], k[:d], v[:d], k_cache, v_cache, batch, i)
@@ -268,6 +282,14 @@ class LlamaModel:
             rows = slice(span.start, span.start + span.length)
             out[rows] = self._prefill_attention(q[rows], k[rows], v[rows], flat_k, flat_v, span)
         return layer.out(out.view(n, nh * hd))
+
+    def _native_decode(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: AttentionBatch
+    ) -> torch.Tensor:
+        out = decode_attention(q, k_cache, v_cache, batch.decode_tables, batch.decode_lengths)
+        if out is None:  # the limits were checked when the model was built
+            raise RuntimeError("the native decode-attention kernel refused its inputs")
+        return out
 
     def _decode_attention(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: AttentionBatch

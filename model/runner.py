@@ -67,7 +67,9 @@ class ModelRunner:
         batch = AttentionBatch(
             slot_mapping=self._tensor(slots), prefills=tuple(spans), num_decodes=len(decodes)
         )
-        if decodes:
+        if decodes and self.model.native_decode:
+            self._add_decode_tables(batch, decodes)
+        elif decodes:
             self._add_decode_context(batch, decodes)
         else:
             self._context_seqs = []
@@ -91,6 +93,18 @@ class ModelRunner:
         blocks = torch.tensor(table[: -(-length // BLOCK_SIZE)], dtype=torch.long)
         slots = (blocks.unsqueeze(1) * BLOCK_SIZE + torch.arange(BLOCK_SIZE)).flatten()
         return slots[:length].to(self.device)
+
+    def _add_decode_tables(self, batch: AttentionBatch, decodes: list[ScheduledSeq]) -> None:
+        """Block tables and lengths for the native kernel, which reads the cache as it is."""
+        seqs = [d.seq for d in decodes]
+        lengths = [s.num_computed_tokens + 1 for s in seqs]
+        width = -(-max(lengths) // BLOCK_SIZE)
+        tables = torch.zeros(len(seqs), width, dtype=torch.long)
+        for row, seq in enumerate(seqs):
+            used = seq.block_table[:width]
+            tables[row, : len(used)] = torch.tensor(used, dtype=torch.long)
+        batch.decode_tables = tables
+        batch.decode_lengths = torch.tensor(lengths, dtype=torch.long)
 
     def _add_decode_context(self, batch: AttentionBatch, decodes: list[ScheduledSeq]) -> None:
         seqs = [d.seq for d in decodes]

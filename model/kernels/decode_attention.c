@@ -1,0 +1,270 @@
+/* Decode attention straight from the paged KV cache, one query token per sequence.
+ *
+ * For each sequence d and KV head h, the `group` query heads that share h are scored against
+ * every cached position (read through the sequence's block table: no padding to the longest
+ * context and no gathered copy), softmaxed, and the values summed with those weights. Keys
+ * and values are each read once; everything is accumulated in float32.
+ *
+ * Layouts (row-major):
+ *   q, out        [D, n_heads, head_dim]
+ *   k, v (cache)  [num_blocks, BLOCK, n_kv, head_dim]
+ *   tables        [D, max_blocks] int64 block ids
+ *   lengths       [D] int64 positions to attend to (the new token's included)
+ *
+ * bfloat16 with head_dim 64 on CPUs with AVX512-BF16 takes the intrinsics path (dot products
+ * by vdpbf16ps, a vector exp); everything else the portable loops, which gcc vectorises.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+#define HAVE_AVX512_BF16 1
+#endif
+
+#ifdef _OPENMP
+#include <omp.h>
+#define THREAD_NUM() omp_get_thread_num()
+#else
+#define THREAD_NUM() 0
+#endif
+
+#define BLOCK 16
+#define MAX_HEAD_DIM 256
+#define MAX_GROUP 16
+
+static inline float bf16_to_float(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+static void softmax_rows(float *scores, int64_t length, int group) {
+    for (int g = 0; g < group; g++) {
+        float *sg = scores + g * length, top = -INFINITY, sum = 0.f;
+        for (int64_t t = 0; t < length; t++) top = sg[t] > top ? sg[t] : top;
+        for (int64_t t = 0; t < length; t++) {
+            sg[t] = expf(sg[t] - top);
+            sum += sg[t];
+        }
+        const float inv = 1.f / sum;
+        for (int64_t t = 0; t < length; t++) sg[t] *= inv;
+    }
+}
+
+/* Portable path for one (sequence, KV head); `queries` are fp32 copies of the group's. */
+#define DEFINE_HEAD(NAME, T, LOAD)                                                            \
+static void NAME(const float *restrict queries, const T *restrict k, const T *restrict v,     \
+                 const int64_t *restrict table, int64_t length, int n_kv, int h, int hd,      \
+                 int group, float scale, float *restrict scores, float *restrict acc) {       \
+    float row[MAX_HEAD_DIM];                                                                  \
+    const int64_t stride = (int64_t)n_kv * hd;                                                \
+    for (int64_t t = 0; t < length; t++) {                                                    \
+        const T *src = k + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + (int64_t)h * hd; \
+        for (int j = 0; j < hd; j++) row[j] = LOAD(src[j]);                                   \
+        for (int g = 0; g < group; g++) {                                                     \
+            const float *qg = queries + g * hd;                                               \
+            float s = 0.f;                                                                    \
+            for (int j = 0; j < hd; j++) s += qg[j] * row[j];                                 \
+            scores[g * length + t] = s * scale;                                               \
+        }                                                                                     \
+    }                                                                                         \
+    softmax_rows(scores, length, group);                                                      \
+    memset(acc, 0, sizeof(float) * group * hd);                                               \
+    for (int64_t t = 0; t < length; t++) {                                                    \
+        const T *src = v + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + (int64_t)h * hd; \
+        for (int j = 0; j < hd; j++) row[j] = LOAD(src[j]);                                   \
+        for (int g = 0; g < group; g++) {                                                     \
+            const float p = scores[g * length + t];                                           \
+            float *ag = acc + g * hd;                                                         \
+            for (int j = 0; j < hd; j++) ag[j] += p * row[j];                                 \
+        }                                                                                     \
+    }                                                                                         \
+}
+
+#define IDENTITY(x) (x)
+DEFINE_HEAD(head_f32, float, IDENTITY)
+DEFINE_HEAD(head_bf16, uint16_t, bf16_to_float)
+
+#ifdef HAVE_AVX512_BF16
+/* exp(x) for x <= 0: 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2], p of degree 6 (error
+ * ~2 ulp); below -87 the result underflows to 0 as expf's does. */
+static inline __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), 0);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+    __m512 p = _mm512_set1_ps(1.f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    return _mm512_scalef_ps(p, n);
+}
+
+static void softmax_rows512(float *scores, int64_t length, int group) {
+    for (int g = 0; g < group; g++) {
+        float *sg = scores + g * length, top = -INFINITY;
+        for (int64_t t = 0; t < length; t++) top = sg[t] > top ? sg[t] : top;
+        __m512 vtop = _mm512_set1_ps(top), vsum = _mm512_setzero_ps();
+        int64_t t = 0;
+        for (; t + 16 <= length; t += 16) {
+            __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(sg + t), vtop));
+            _mm512_storeu_ps(sg + t, e);
+            vsum = _mm512_add_ps(vsum, e);
+        }
+        float sum = _mm512_reduce_add_ps(vsum);
+        for (; t < length; t++) {
+            sg[t] = expf(sg[t] - top);
+            sum += sg[t];
+        }
+        const float inv = 1.f / sum;
+        for (t = 0; t < length; t++) sg[t] *= inv;
+    }
+}
+
+/* Sixteen 16-lane partial sums -> their sixteen totals, in token order: a tree of
+ * 128-bit-lane and in-lane shuffles (15 adds instead of 16 full horizontal reductions). */
+static inline __m512 sum16(const __m512 v[16]) {
+    __m512 w[8], x[4], y[2];
+    for (int i = 0; i < 8; i++)
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++)
+        x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; i++)
+        y[i] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0xEE));
+    __m512 z = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88),
+                             _mm512_shuffle_ps(y[0], y[1], 0xDD));
+    /* z holds token k + 4e at element 4k + e. */
+    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(order, z);
+}
+
+/* head_dim 64: a row is two 32-lane bf16 vectors; q.k is two vdpbf16ps. */
+static void head_bf16_avx512(const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                             const int64_t *table, int64_t length, int n_kv, int h, int group,
+                             float scale, float *scores, float *acc) {
+    const int64_t stride = (int64_t)n_kv * 64;
+    __m512bh q0[MAX_GROUP], q1[MAX_GROUP];
+    for (int g = 0; g < group; g++) {
+        q0[g] = (__m512bh)_mm512_loadu_si512(q + g * 64);
+        q1[g] = (__m512bh)_mm512_loadu_si512(q + g * 64 + 32);
+    }
+    const __m512 vscale = _mm512_set1_ps(scale);
+    int64_t t = 0;
+    for (; t + BLOCK <= length; t += BLOCK) { /* whole cache blocks */
+        const uint16_t *base = k + table[t / BLOCK] * BLOCK * stride + h * 64;
+        for (int g = 0; g < group; g++) {
+            __m512 part[BLOCK];
+            for (int i = 0; i < BLOCK; i++) {
+                const uint16_t *src = base + i * stride;
+                __m512 s = _mm512_dpbf16_ps(_mm512_setzero_ps(), q0[g],
+                                            (__m512bh)_mm512_loadu_si512(src));
+                part[i] = _mm512_dpbf16_ps(s, q1[g], (__m512bh)_mm512_loadu_si512(src + 32));
+            }
+            _mm512_storeu_ps(scores + g * length + t, _mm512_mul_ps(sum16(part), vscale));
+        }
+    }
+    for (; t < length; t++) { /* the last, partly filled block */
+        const uint16_t *src = k + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;
+        __m512bh k0 = (__m512bh)_mm512_loadu_si512(src);
+        __m512bh k1 = (__m512bh)_mm512_loadu_si512(src + 32);
+        for (int g = 0; g < group; g++) {
+            __m512 s = _mm512_dpbf16_ps(_mm512_setzero_ps(), q0[g], k0);
+            s = _mm512_dpbf16_ps(s, q1[g], k1);
+            scores[g * length + t] = _mm512_reduce_add_ps(s) * scale;
+        }
+    }
+    softmax_rows512(scores, length, group);
+    __m512 a[MAX_GROUP][4];
+    for (int g = 0; g < group; g++)
+        for (int i = 0; i < 4; i++) a[g][i] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < length; t++) {
+        const uint16_t *src = v + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;
+        __m512 row[4];
+        for (int i = 0; i < 4; i++)
+            row[i] = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i *)(src + 16 * i)));
+        for (int g = 0; g < group; g++) {
+            __m512 p = _mm512_set1_ps(scores[g * length + t]);
+            for (int i = 0; i < 4; i++) a[g][i] = _mm512_fmadd_ps(p, row[i], a[g][i]);
+        }
+    }
+    for (int g = 0; g < group; g++)
+        for (int i = 0; i < 4; i++) _mm512_storeu_ps(acc + g * 64 + 16 * i, a[g][i]);
+}
+#endif
+
+/* Returns 0, or -1 when a size is beyond the fixed buffers (the caller falls back). The
+ * (sequence, KV head) pairs are shared among `n_threads` OpenMP threads when built with it. */
+#define DEFINE_ENTRY(NAME, T, HEAD, LOAD, STORE, FAST)                                        \
+int NAME(const T *q, const T *k, const T *v, const int64_t *tables, const int64_t *lengths,   \
+         T *out, int n_seqs, int n_heads, int n_kv, int hd, int max_blocks, float scale,      \
+         int n_threads) {                                                                     \
+    const int group = n_heads / n_kv;                                                         \
+    if (hd > MAX_HEAD_DIM || group > MAX_GROUP || n_threads < 1) return -1;                   \
+    int64_t longest = 1;                                                                      \
+    for (int d = 0; d < n_seqs; d++) longest = lengths[d] > longest ? lengths[d] : longest;   \
+    float *all_scores = malloc(sizeof(float) * group * longest * n_threads);                  \
+    if (!all_scores) return -1;                                                               \
+    _Pragma("omp parallel num_threads(n_threads)")                                            \
+    {                                                                                         \
+        float queries[MAX_GROUP * MAX_HEAD_DIM], acc[MAX_GROUP * MAX_HEAD_DIM];               \
+        float *scores = all_scores + (int64_t)group * longest * THREAD_NUM();                 \
+        _Pragma("omp for schedule(dynamic, 1)")                                               \
+        for (int w = 0; w < n_seqs * n_kv; w++) {                                             \
+            const int d = w / n_kv, h = w % n_kv;                                             \
+            const int64_t *table = tables + (int64_t)d * max_blocks;                          \
+            const T *qh = q + ((int64_t)d * n_heads + h * group) * hd;                        \
+            if (!FAST(qh, k, v, table, lengths[d], n_kv, h, hd, group, scale, scores, acc)) { \
+                for (int i = 0; i < group * hd; i++) queries[i] = LOAD(qh[i]);                \
+                HEAD(queries, k, v, table, lengths[d], n_kv, h, hd, group, scale, scores,     \
+                     acc);                                                                    \
+            }                                                                                 \
+            T *oh = out + ((int64_t)d * n_heads + h * group) * hd;                            \
+            for (int i = 0; i < group * hd; i++) oh[i] = STORE(acc[i]);                       \
+        }                                                                                     \
+    }                                                                                         \
+    free(all_scores);                                                                         \
+    return 0;                                                                                 \
+}
+
+static int no_fast_path(const float *q, const float *k, const float *v, const int64_t *table,
+                        int64_t length, int n_kv, int h, int hd, int group, float scale,
+                        float *scores, float *acc) {
+    (void)q, (void)k, (void)v, (void)table, (void)length, (void)n_kv, (void)h, (void)hd;
+    (void)group, (void)scale, (void)scores, (void)acc;
+    return 0;
+}
+
+static int bf16_fast_path(const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                          const int64_t *table, int64_t length, int n_kv, int h, int hd,
+                          int group, float scale, float *scores, float *acc) {
+#ifdef HAVE_AVX512_BF16
+    if (hd == 64) {
+        head_bf16_avx512(q, k, v, table, length, n_kv, h, group, scale, scores, acc);
+        return 1;
+    }
+#endif
+    (void)q, (void)k, (void)v, (void)table, (void)length, (void)n_kv, (void)h, (void)hd;
+    (void)group, (void)scale, (void)scores, (void)acc;
+    return 0;
+}
+
+DEFINE_ENTRY(decode_attention_f32, float, head_f32, IDENTITY, IDENTITY, no_fast_path)
+DEFINE_ENTRY(decode_attention_bf16, uint16_t, head_bf16, bf16_to_float, float_to_bf16,
+             bf16_fast_path)

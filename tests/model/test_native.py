@@ -1,0 +1,71 @@
+"""The C decode-attention kernel against SDPA over the same (gathered, padded) context."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model.llama import BLOCK_SIZE
+from model.native import decode_attention
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build the kernel"),
+    pytest.mark.usefixtures("one_thread"),
+]
+
+
+def paged_case(lengths: list[int], n_heads: int, n_kv: int, hd: int, dtype: torch.dtype):
+    """Random queries and a cache whose blocks are scattered, and the block tables."""
+    gen = torch.Generator().manual_seed(sum(lengths) + n_heads + hd)
+    counts = [-(-n // BLOCK_SIZE) for n in lengths]
+    total = sum(counts) + 3
+    order = torch.randperm(total, generator=gen)
+    tables = torch.zeros(len(lengths), max(counts), dtype=torch.long)
+    start = 0
+    for row, count in enumerate(counts):
+        tables[row, :count] = order[start : start + count]
+        start += count
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).to(dtype)
+
+    cache_shape = (total, BLOCK_SIZE, n_kv, hd)
+    return rand(len(lengths), n_heads, hd), rand(*cache_shape), rand(*cache_shape), tables
+
+
+def reference(q, k_cache, v_cache, tables, lengths):
+    d, n_heads, hd = q.shape
+    n_kv = k_cache.shape[2]
+    width = tables.shape[1] * BLOCK_SIZE
+    keys = k_cache[tables.flatten()].view(d, width, n_kv, hd).transpose(1, 2).float()
+    values = v_cache[tables.flatten()].view(d, width, n_kv, hd).transpose(1, 2).float()
+    mask = (torch.arange(width).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1))[:, None, None]
+    group = n_heads // n_kv
+    out = F.scaled_dot_product_attention(
+        q.float().view(d, n_kv, group, hd), keys, values, attn_mask=mask
+    )
+    return out.reshape(d, n_heads, hd)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("n_heads", "n_kv", "hd"),
+    [(9, 3, 64), (4, 4, 32), (8, 2, 128), (6, 1, 64)],  # hd 64 bf16: the AVX512 path
+)
+def test_kernel_matches_sdpa(dtype, n_heads, n_kv, hd) -> None:
+    # Whole blocks, a partial last block, a single position, a long context.
+    lengths = [1, 15, 16, 17, 64, 100, 333, 700]
+    q, k_cache, v_cache, tables = paged_case(lengths, n_heads, n_kv, hd, dtype)
+    got = decode_attention(q, k_cache, v_cache, tables, torch.tensor(lengths))
+    assert got is not None and got.dtype == dtype and got.shape == q.shape
+    want = reference(q, k_cache, v_cache, tables, lengths)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: the output's own rounding
+    assert (got.float() - want).abs().max().item() < tolerance
+
+
+def test_kernel_declines_what_its_buffers_cannot_hold() -> None:
+    q, k_cache, v_cache, tables = paged_case([20], 32, 1, 64, torch.float32)  # group of 32
+    assert decode_attention(q, k_cache, v_cache, tables, torch.tensor([20])) is None
