@@ -260,16 +260,14 @@ class LlamaModel:
         n = x.shape[0]
         k_cache, v_cache = cache.keys[i], cache.values[i]
         hd, nh, nkv = self.head_dim, self.n_heads, self.n_kv
-        qkv = layer.qkv(x)
-        q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-        q = apply_rope(q.view(n, nh, hd), cos, sin)
-        k = apply_rope(k.view(n, nkv, hd), cos, sin)
-        v = v.view(n, nkv, hd)
+        qkv = layer.qkv(x).view(n, nh + 2 * nkv, hd)
+        qk = apply_rope(qkv[:, : nh + nkv], cos, sin)  # q and k heads rotated in one go
+        q, k, v = qk[:, :nh], qk[:, nh:], qkv[:, nh + nkv :]
         flat_k = k_cache.view(-1, nkv, hd)
         flat_v = v_cache.view(-1, nkv, hd)
         flat_k.index_copy_(0, batch.slot_mapping, k)
         flat_v.index_copy_(0, batch.slot_mapping, v)
-        out = torch.empty_like(q)
+        out = q.new_empty(q.shape)  # contiguous, whatever q's strides
         if batch.num_decodes:
             d = batch.num_decodes
             if batch.decode_lengths is not None:
@@ -286,7 +284,8 @@ class LlamaModel:
     def _native_decode(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: AttentionBatch
     ) -> torch.Tensor:
-        out = decode_attention(q, k_cache, v_cache, batch.decode_tables, batch.decode_lengths)
+        tables, lengths = batch.decode_tables, batch.decode_lengths
+        out = decode_attention(q.contiguous(), k_cache, v_cache, tables, lengths)
         if out is None:  # the limits were checked when the model was built
             raise RuntimeError("the native decode-attention kernel refused its inputs")
         return out
