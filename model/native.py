@@ -66,11 +66,16 @@ def _library(name: str) -> ctypes.CDLL | None:
 
 
 def _build(compiler: str, source: Path, target: Path) -> bool:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Built under a temporary name, then renamed: processes building at once never load a
-    # half-written library.
-    fd, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
+    log.info("building %s into %s (once per CPU and source)", source.name, target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Built under a temporary name, then renamed: processes building at once never load
+        # a half-written library.
+        fd, partial = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        os.close(fd)
+    except OSError as exc:
+        log.warning("cannot write %s (%s); set ASSISTANT_KERNEL_CACHE", target.parent, exc)
+        return False
     command = [compiler, *FLAGS, "-o", partial, str(source), "-lm"]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -69,3 +72,31 @@ def test_kernel_matches_sdpa(dtype, n_heads, n_kv, hd) -> None:
 def test_kernel_declines_what_its_buffers_cannot_hold() -> None:
     q, k_cache, v_cache, tables = paged_case([20], 32, 1, 64, torch.float32)  # group of 32
     assert decode_attention(q, k_cache, v_cache, tables, torch.tensor([20])) is None
+
+
+def test_without_a_compiler_the_engine_falls_back_to_sdpa(tmp_path) -> None:
+    script = (
+        "import torch\n"
+        "from model.engine import LLMEngine\n"
+        "from model.params import SamplingParams\n"
+        "from tests.model.tiny_models import our_config, tiny_hf_model\n"
+        "hf = tiny_hf_model(vocab=64, layers=1)\n"
+        "weights = {k: v.detach().float() for k, v in hf.state_dict().items()}\n"
+        "engine = LLMEngine(our_config(hf), weights, device='cpu', dtype=torch.float32)\n"
+        "assert not engine.model.native_decode\n"
+        "engine.add_request([1, 2, 3], SamplingParams(max_tokens=5, temperature=0.0))\n"
+        "out = []\n"
+        "while engine.has_unfinished():\n"
+        "    out += [t for d in engine.step() for t in d.token_ids]\n"
+        "assert len(out) == 5, out\n"
+    )
+    env = {
+        **os.environ,
+        "CC": str(tmp_path / "no-such-cc"),
+        "ASSISTANT_KERNEL_CACHE": str(tmp_path),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no C compiler found" in result.stderr
