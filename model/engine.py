@@ -52,7 +52,7 @@ class EngineOptions:
     num_blocks: int | None = None  # overrides kv_cache_bytes (tests force preemption with it)
     max_num_seqs: int = 64
     # Tokens per step. Decodes in the batch wait for the step, so this bounds their stall
-    # while a prompt is prefilled (~0.5 s for 1024 tokens on one CPU core in bfloat16); a
+    # while a prompt is prefilled (0.5-1 s for 1024 tokens on one CPU core in bfloat16); a
     # typical prompt still fits one chunk (later chunks attend through a mask, which SDPA
     # runs ~2.5x slower on the CPU). 512, 1024 and 2048 gave the same throughput within
     # noise on 32 concurrent requests.
