@@ -5,8 +5,8 @@ requests, polite and indirect ones, other languages) and as many hard negatives 
 the words but not the intent. A share of the examples is disguised the way attackers do
 (leetspeak, spaced letters, look-alike letters, zero-width characters, base64, hex, rot13,
 URL-encoding) so the head also learns from what `prepare` recovers. Seeded: the same seed
-writes the same file. The held-out test split is never read here except to drop exact
-duplicates from the output.
+writes the same file. The held-out test split is never read here except to drop its
+duplicates and near-duplicates (`overlap`) from the output.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import sys
 import urllib.parse
 
 from assistant.safety.dataset import DATA_DIR, load_examples
+from assistant.safety.overlap import NearDuplicates
 from assistant.safety.synth_templates import BENIGN, SLOTS, UNSAFE
 
 OUT = DATA_DIR / "train_synth.jsonl"
@@ -75,7 +76,7 @@ def generate(seed: int, per_template: int, disguised_share: float) -> list[dict]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--per-template", type=int, default=6)
+    parser.add_argument("--per-template", type=int, default=10)
     parser.add_argument("--disguised", type=float, default=0.12, help="share disguised")
     args = parser.parse_args(argv)
     taken = {
@@ -83,10 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         for split in ("train", "val", "test")
         for ex in load_examples(DATA_DIR / f"{split}.jsonl")
     }
+    held_out = NearDuplicates([ex.text for ex in load_examples(DATA_DIR / "test.jsonl")])
     seen: set[str] = set()
     lines = []
     for row in generate(args.seed, args.per_template, args.disguised):
-        if row["text"] in taken or row["text"] in seen:
+        if row["text"] in taken or row["text"] in seen or row["text"] in held_out:
             continue
         seen.add(row["text"])
         lines.append(json.dumps(row, ensure_ascii=False))
