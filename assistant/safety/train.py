@@ -1,10 +1,9 @@
 """Train the classifier head: `python -m assistant.safety.train [--layers N] [--seed S]`.
 
 Reads data/train.jsonl and data/train_synth.jsonl (written by `assistant.safety.synth`),
-tunes the thresholds on data/val.jsonl (and out-of-fold scores of data/train.jsonl), writes
-weights/ and
-prints the report on the held-out data/test.jsonl (never used for fitting or tuning).
-Same seed, same data -> same weights.
+picks the refuse threshold on data/val.jsonl with the classifier as it is served, writes
+weights/ and prints the report on the held-out data/test.jsonl (never used for fitting or
+tuning). Same seed, same data -> same weights.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ CLASSES = ["benign", *CATEGORIES]
 # At most this share of benign validation examples may be refused.
 MAX_VAL_FALSE_POSITIVES = 0.03
 BATCH = 32
-FOLDS = 3
 
 
 def features(encoder, examples: list[Example]) -> np.ndarray:
@@ -84,34 +82,10 @@ def fit(
     }
 
 
-def unsafe_scores(weights: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-    head = Head(CLASSES, 0, Thresholds(0.5, 0.25), **weights)
-    return 1.0 - head.probabilities(x)[:, 0]
-
-
-def out_of_fold(
-    x: np.ndarray, y: np.ndarray, held: np.ndarray, args: argparse.Namespace
-) -> np.ndarray:
-    """Scores for the rows in `held`, each from a head trained without its fold.
-
-    The validation split alone has about a hundred benign examples, too few to place a
-    threshold at 3% false positives; the hand-written training examples scored this way
-    add several hundred more that the scoring head has not seen.
-    """
-    folds = np.array_split(np.random.default_rng(args.seed).permutation(held), FOLDS)
-    scores = np.zeros(len(x), dtype=np.float32)
-    for fold in tqdm(folds, desc="folds", file=sys.stderr):
-        keep = np.ones(len(x), dtype=bool)
-        keep[fold] = False
-        weights = fit(x[keep], y[keep], args.hidden, args.epochs, args.seed, progress=False)
-        scores[fold] = unsafe_scores(weights, x[fold])
-    return scores[held]
-
-
 def tune(scores: np.ndarray, is_unsafe: np.ndarray) -> Thresholds:
     """The refuse threshold with the best recall among those within the FP budget."""
     candidates = []
-    for t in np.round(np.arange(0.05, 0.96, 0.01), 2):
+    for t in np.round(np.arange(0.05, 0.995, 0.005), 3):
         fp = float(np.mean(scores[~is_unsafe] >= t))
         recall = float(np.mean(scores[is_unsafe] >= t))
         # Within the budget, best recall; else fewest false positives. Ties: higher threshold.
@@ -141,26 +115,23 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     settings = Settings()
     encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers)
-    hand = load_examples(DATA_DIR / "train.jsonl")
-    train = hand + load_examples(DATA_DIR / "train_synth.jsonl")
+    train = load_examples(DATA_DIR / "train.jsonl") + load_examples(DATA_DIR / "train_synth.jsonl")
     val = load_examples(DATA_DIR / "val.jsonl")
     test = load_examples(DATA_DIR / "test.jsonl")
-    x_train, x_val = features(encoder, train), features(encoder, val)
-    y_train = targets(train)
-    weights = fit(x_train, y_train, args.hidden, args.epochs, args.seed)
-    # Thresholds: validation scores plus out-of-fold scores of the hand-written examples.
-    held = np.arange(len(hand))
-    scores = np.concatenate(
-        [unsafe_scores(weights, x_val), out_of_fold(x_train, y_train, held, args)]
-    )
-    is_unsafe = np.array([ex.label == "unsafe" for ex in val + hand])
-    head = Head(CLASSES, args.layers, tune(scores, is_unsafe), **weights)
+    weights = fit(features(encoder, train), targets(train), args.hidden, args.epochs, args.seed)
+    head = Head(CLASSES, args.layers, Thresholds(0.5, 0.25), **weights)
     head.meta = {"seed": args.seed, "hidden": args.hidden, "epochs": args.epochs}
     head.save(args.out)
-    # Evaluate what was saved (float16), not the float32 weights still in memory.
+    # The threshold comes from the classifier as it is served (float16 weights, bfloat16
+    # encoder where the CPU has it, long texts read in windows), not from training features.
     classifier = SafetyClassifier.load(settings.embedding_model_path(), "cpu", args.out)
+    scores = np.array([s.unsafe for s in classifier.score_many([prepare(e.text) for e in val])])
+    head.thresholds = classifier.head.thresholds = tune(
+        scores, np.array([ex.label == "unsafe" for ex in val])
+    )
+    head.save(args.out)
     print(f"thresholds: refuse {head.thresholds.refuse}, caution {head.thresholds.caution}")
-    print("== validation (thresholds tuned on it and on out-of-fold training scores) ==")
+    print("== validation (the threshold was tuned on it) ==")
     print(evaluate(val, classifier.check_input).format())
     print("== held-out test ==")
     print(evaluate(test, classifier.check_input).format())
