@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from functools import lru_cache
 
 import numpy as np
 
@@ -16,14 +17,24 @@ BUCKETS = 4096
 _SPACES = re.compile(r"\s+")
 
 
+@lru_cache(maxsize=1 << 16)
+def _word_buckets(word: str, buckets: int) -> np.ndarray:
+    """Buckets of the 3-5 character n-grams of one word; words repeat, so remember them."""
+    padded = f" {word} "
+    return np.array(
+        [
+            zlib.crc32(padded[i : i + n].encode()) % buckets
+            for n in (3, 4, 5)
+            for i in range(max(len(padded) - n + 1, 1))
+        ],
+        dtype=np.intp,
+    )
+
+
 def ngram_features(text: str, buckets: int = BUCKETS) -> np.ndarray:
     """L2-normalised, log-scaled counts of hashed 3-5 character n-grams of each word."""
-    vec = np.zeros(buckets, dtype=np.float32)
-    for word in _SPACES.sub(" ", text.lower()).split(" "):
-        padded = f" {word} "
-        for n in (3, 4, 5):
-            for i in range(max(len(padded) - n + 1, 1)):
-                vec[zlib.crc32(padded[i : i + n].encode()) % buckets] += 1.0
-    vec = np.log1p(vec)
+    words = _SPACES.sub(" ", text.lower()).split(" ")
+    ids = np.concatenate([_word_buckets(w, buckets) for w in words])
+    vec = np.log1p(np.bincount(ids, minlength=buckets).astype(np.float32))
     norm = float(np.linalg.norm(vec))
     return vec / norm if norm else vec
