@@ -3,8 +3,11 @@
 (a) single-stream greedy decode tokens/s; (b) aggregate tokens/s of many concurrent requests
 against HF static batches and HF single-stream; (c) time to first token of a long prompt,
 cold and with its prefix cached; (d) the machine's memory read bandwidth and how close
-single-stream decode gets to the limit it sets (weight bytes read per token).
-Ours and the baseline run interleaved in one process, so machine noise hits both alike.
+single-stream decode gets to the limit it sets (weight bytes read per token, in the form
+ours reads them: packed 4-/8-bit where the engine keeps packed copies).
+Ours runs in its default dtype and weight format; HF runs in float32 (its default) and in
+bfloat16, and the ratios use whichever of the two is faster. Ours and the baseline run
+interleaved in one process, so machine noise hits both alike.
 
     python -m model.bench [--quick] [--threads N] [--model PATH] [--json]
 """

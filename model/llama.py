@@ -367,8 +367,7 @@ class LlamaModel:
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Normalised in float32, as the reference does, then scaled in the weight's dtype (the
-    compute dtype). Written out: F.rms_norm costs several times more per call on small CPU
-    tensors (decode)."""
+    compute dtype), so a float32 residual stream feeds bfloat16 projections."""
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     return weight * h.to(weight.dtype)
