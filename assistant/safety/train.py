@@ -2,8 +2,9 @@
 
 Reads data/train.jsonl and data/train_synth.jsonl (written by `assistant.safety.synth`),
 picks the refuse threshold on data/val.jsonl with the classifier as it is served, writes
-weights/ and prints the report on the held-out data/test.jsonl (never used for fitting or
-tuning). Same seed, same data -> same weights.
+weights/ and prints the validation report. The held-out data/test.jsonl is not read here:
+it is an exam taken once, with `assistant safety eval`, after the weights are final.
+Same seed, same data -> same weights and threshold.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ from assistant.safety.result import CATEGORIES
 from assistant.settings import Settings
 
 CLASSES = ["benign", *CATEGORIES]
-# At most this share of benign validation examples may be refused.
-MAX_VAL_FALSE_POSITIVES = 0.03
+# The issue allows 3% false positives on benign requests. A threshold placed at exactly 3%
+# of ~300 benign validation examples lands on the noisy edge and overshoots on new data
+# (4.1% on the held-out split last round), so validation gets half that budget: at most
+# this share of benign validation examples may be refused.
+MAX_VAL_FALSE_POSITIVES = 0.015
 BATCH = 32
 
 
@@ -83,7 +87,11 @@ def fit(
 
 
 def tune(scores: np.ndarray, is_unsafe: np.ndarray) -> Thresholds:
-    """The refuse threshold with the best recall among those within the FP budget."""
+    """The refuse threshold with the best recall among those within the FP budget.
+
+    One threshold for all categories: validation has 16-32 unsafe examples per category,
+    too few to place a threshold per category without fitting its noise.
+    """
     candidates = []
     for t in np.round(np.arange(0.05, 0.995, 0.005), 3):
         fp = float(np.mean(scores[~is_unsafe] >= t))
@@ -117,7 +125,6 @@ def main(argv: list[str] | None = None) -> int:
     encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers)
     train = load_examples(DATA_DIR / "train.jsonl") + load_examples(DATA_DIR / "train_synth.jsonl")
     val = load_examples(DATA_DIR / "val.jsonl")
-    test = load_examples(DATA_DIR / "test.jsonl")
     weights = fit(features(encoder, train), targets(train), args.hidden, args.epochs, args.seed)
     head = Head(CLASSES, args.layers, Thresholds(0.5, 0.25), **weights)
     head.meta = {"seed": args.seed, "hidden": args.hidden, "epochs": args.epochs}
@@ -133,8 +140,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"thresholds: refuse {head.thresholds.refuse}, caution {head.thresholds.caution}")
     print("== validation (the threshold was tuned on it) ==")
     print(evaluate(val, classifier.check_input).format())
-    print("== held-out test ==")
-    print(evaluate(test, classifier.check_input).format())
     return 0
 
 
