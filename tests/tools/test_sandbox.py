@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import sqlite3
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,16 +24,23 @@ from tools.sandbox import (
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _host_processes_named(comm: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() == comm:
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+def _host_processes_named(comm: str, within: float = 5.0) -> list[int]:
+    """Processes named `comm` still alive after `within` seconds. The kernel kills a PID
+    namespace's processes when its init exits, but on a busy machine they can take a moment
+    to leave /proc: only those still there after the grace period count."""
+    deadline = time.monotonic() + within
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if (entry / "comm").read_text().strip() == comm:
+                        found.append(int(entry.name))
+                except OSError:
+                    continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
 
 
 def _lines(stdout: str) -> list[str]:
