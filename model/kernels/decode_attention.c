@@ -116,10 +116,14 @@ static inline __m512 exp512(__m512 x) {
 
 static void softmax_rows512(float *scores, int64_t length, int group) {
     for (int g = 0; g < group; g++) {
-        float *sg = scores + g * length, top = -INFINITY;
-        for (int64_t t = 0; t < length; t++) top = sg[t] > top ? sg[t] : top;
-        __m512 vtop = _mm512_set1_ps(top), vsum = _mm512_setzero_ps();
+        float *sg = scores + g * length;
+        __m512 vmax = _mm512_set1_ps(-INFINITY);
         int64_t t = 0;
+        for (; t + 16 <= length; t += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(sg + t));
+        float top = _mm512_reduce_max_ps(vmax);
+        for (; t < length; t++) top = sg[t] > top ? sg[t] : top;
+        __m512 vtop = _mm512_set1_ps(top), vsum = _mm512_setzero_ps();
+        t = 0;
         for (; t + 16 <= length; t += 16) {
             __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(sg + t), vtop));
             _mm512_storeu_ps(sg + t, e);
@@ -155,6 +159,49 @@ static inline __m512 sum16(const __m512 v[16]) {
     return _mm512_permutexvar_ps(order, z);
 }
 
+/* Sixteen bf16 values -> float32. */
+static inline __m512 load16(const uint16_t *src) {
+    return _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i *)src));
+}
+
+/* Fetch a head's 16 rows of the cache block the table names next. Blocks are scattered
+ * over the cache, so the hardware prefetcher (which stops at page boundaries) cannot guess
+ * them: without this the kernel waits on memory for most of its time. */
+static inline void prefetch_block(const uint16_t *cache, const int64_t *table, int64_t block,
+                                  int64_t n_blocks, int64_t stride, int h) {
+    if (block >= n_blocks) return;
+    const char *base = (const char *)(cache + table[block] * BLOCK * stride + h * 64);
+    for (int i = 0; i < BLOCK; i++) {
+        _mm_prefetch(base + i * stride * 2, _MM_HINT_T0);
+        _mm_prefetch(base + i * stride * 2 + 64, _MM_HINT_T0);
+    }
+}
+
+/* acc[g] = sum_t p[g][t] v[t] for G query heads: each value row is converted once and
+ * used by all G heads. Inlined with G a constant, so acc stays in registers. */
+static inline __attribute__((always_inline)) void values_pass(
+    const int G, const uint16_t *v, const int64_t *table, int64_t length, int64_t stride, int h,
+    int64_t n_blocks, const float *scores, float *acc) {
+    __m512 a[6][4];
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < 4; i++) a[g][i] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < length; t++) {
+        if (t % BLOCK == 0) prefetch_block(v, table, t / BLOCK + 2, n_blocks, stride, h);
+        const uint16_t *src = v + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;
+        const __m512 r0 = load16(src), r1 = load16(src + 16);
+        const __m512 r2 = load16(src + 32), r3 = load16(src + 48);
+        for (int g = 0; g < G; g++) {
+            const __m512 p = _mm512_set1_ps(scores[g * length + t]);
+            a[g][0] = _mm512_fmadd_ps(p, r0, a[g][0]);
+            a[g][1] = _mm512_fmadd_ps(p, r1, a[g][1]);
+            a[g][2] = _mm512_fmadd_ps(p, r2, a[g][2]);
+            a[g][3] = _mm512_fmadd_ps(p, r3, a[g][3]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < 4; i++) _mm512_storeu_ps(acc + g * 64 + 16 * i, a[g][i]);
+}
+
 /* head_dim 64: a row is two 32-lane bf16 vectors; q.k is two vdpbf16ps. */
 static void head_bf16_avx512(const uint16_t *q, const uint16_t *k, const uint16_t *v,
                              const int64_t *table, int64_t length, int n_kv, int h, int group,
@@ -167,7 +214,11 @@ static void head_bf16_avx512(const uint16_t *q, const uint16_t *k, const uint16_
     }
     const __m512 vscale = _mm512_set1_ps(scale);
     int64_t t = 0;
+    const int64_t n_blocks = (length + BLOCK - 1) / BLOCK;
+    prefetch_block(k, table, 0, n_blocks, stride, h);
+    prefetch_block(k, table, 1, n_blocks, stride, h);
     for (; t + BLOCK <= length; t += BLOCK) { /* whole cache blocks */
+        prefetch_block(k, table, t / BLOCK + 2, n_blocks, stride, h);
         const uint16_t *base = k + table[t / BLOCK] * BLOCK * stride + h * 64;
         for (int g = 0; g < group; g++) {
             __m512 part[BLOCK];
@@ -191,21 +242,20 @@ static void head_bf16_avx512(const uint16_t *q, const uint16_t *k, const uint16_
         }
     }
     softmax_rows512(scores, length, group);
-    __m512 a[MAX_GROUP][4];
-    for (int g = 0; g < group; g++)
-        for (int i = 0; i < 4; i++) a[g][i] = _mm512_setzero_ps();
-    for (int64_t t = 0; t < length; t++) {
-        const uint16_t *src = v + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;
-        __m512 row[4];
-        for (int i = 0; i < 4; i++)
-            row[i] = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256((const __m256i *)(src + 16 * i)));
-        for (int g = 0; g < group; g++) {
-            __m512 p = _mm512_set1_ps(scores[g * length + t]);
-            for (int i = 0; i < 4; i++) a[g][i] = _mm512_fmadd_ps(p, row[i], a[g][i]);
-        }
+    prefetch_block(v, table, 0, n_blocks, stride, h);
+    prefetch_block(v, table, 1, n_blocks, stride, h);
+    switch (group) { /* a constant group size keeps every accumulator in a register */
+    case 1: values_pass(1, v, table, length, stride, h, n_blocks, scores, acc); break;
+    case 2: values_pass(2, v, table, length, stride, h, n_blocks, scores, acc); break;
+    case 3: values_pass(3, v, table, length, stride, h, n_blocks, scores, acc); break;
+    case 4: values_pass(4, v, table, length, stride, h, n_blocks, scores, acc); break;
+    case 5: values_pass(5, v, table, length, stride, h, n_blocks, scores, acc); break;
+    case 6: values_pass(6, v, table, length, stride, h, n_blocks, scores, acc); break;
+    default:
+        for (int g = 0; g < group; g++)
+            values_pass(1, v, table, length, stride, h, n_blocks, scores + g * length,
+                        acc + g * 64);
     }
-    for (int g = 0; g < group; g++)
-        for (int i = 0; i < 4; i++) _mm512_storeu_ps(acc + g * 64 + 16 * i, a[g][i]);
 }
 #endif
 
