@@ -110,7 +110,13 @@ def decode_attention(
     if library is None or q.dtype not in _SYMBOLS:
         return None
     tensors = (q, k_cache, v_cache, tables, lengths)
-    assert all(t.is_contiguous() and t.device.type == "cpu" for t in tensors)
+    # The kernel reads raw memory: anything else would be read out of bounds.
+    if not all(t.is_contiguous() and t.device.type == "cpu" for t in tensors):
+        raise ValueError("decode_attention needs contiguous CPU tensors")
+    if tables.dtype != torch.long or lengths.dtype != torch.long or k_cache.dtype != q.dtype:
+        raise ValueError("decode_attention needs int64 tables/lengths and a cache in q's dtype")
+    if int(lengths.max()) > tables.shape[1] * k_cache.shape[1]:
+        raise ValueError("a context length is longer than its block table covers")
     d, n_heads, hd = q.shape
     out = torch.empty_like(q)
     status = getattr(library, _SYMBOLS[q.dtype])(
