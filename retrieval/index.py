@@ -353,8 +353,8 @@ class DocumentIndex:
         store.write_synced(staging / "live.npy", _npy(state.live))
         (staging / "bm25").mkdir()
         for path in state.bm25.save(staging / "bm25"):
-            store.fsync_file(path)
-        store.fsync_dir(staging / "bm25")
+            store.fsync_path(path)
+        store.fsync_path(staging / "bm25")
         if state.ann is not None:
             import faiss
 

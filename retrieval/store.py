@@ -18,7 +18,8 @@ MANIFEST = "MANIFEST.json"
 FORMAT = 1
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a folder (its entries) or a file written by a library that does not fsync."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -34,21 +35,12 @@ def write_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def fsync_file(path: Path) -> None:
-    """Flush a file written by a library that does not fsync itself."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace `path` so that a reader sees either the old bytes or the new, never a mix."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     write_synced(tmp, data)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
 def read_manifest(root: Path) -> dict | None:
@@ -82,12 +74,12 @@ def new_generation_dir(root: Path, generation: int) -> Path:
 
 def publish(root: Path, staging: Path, generation: int, manifest: dict) -> None:
     """Make a fully written staging folder the current generation."""
-    fsync_dir(staging)
+    fsync_path(staging)
     final = generation_dir(root, generation)
     if final.exists():  # left by a writer killed after the rename, before the manifest
         shutil.rmtree(final)
     os.rename(staging, final)
-    fsync_dir(root)
+    fsync_path(root)
     atomic_write(root / MANIFEST, json.dumps({**manifest, "generation": generation}).encode())
 
 
