@@ -134,6 +134,49 @@ class LayerWeights:
     down: Projection
 
 
+@dataclass(slots=True)
+class _WeightSource:
+    """The HF-named float32 weights (and the file's Q4 codes) the model is built from."""
+
+    weights: dict[str, torch.Tensor]
+    q4: dict[str, Q4Groups]
+    dtype: torch.dtype
+    device: torch.device
+    packed: bool
+
+    def raw(self, name: str) -> torch.Tensor:
+        if name not in self.weights:
+            raise UnsupportedModelError(f"The weights have no tensor '{name}'.")
+        return self.weights[name]
+
+    def take(self, name: str) -> torch.Tensor:
+        return self.raw(name).to(device=self.device, dtype=self.dtype).contiguous()
+
+    def projection(self, names: list[str], bias: list[str] | None = None) -> Projection:
+        return projection_cat(
+            [self.raw(n) for n in names],
+            [self.q4.get(n) for n in names],
+            self.dtype,
+            self.device,
+            bias=torch.cat([self.raw(b) for b in bias]) if bias else None,
+            packed=self.packed,
+        )
+
+
+def _layer(src: _WeightSource, i: int, attention_bias: bool) -> LayerWeights:
+    p = f"model.layers.{i}."
+    attn = p + "self_attn."
+    bias = [attn + f"{n}_proj.bias" for n in "qkv"] if attention_bias else None
+    return LayerWeights(
+        input_norm=src.take(p + "input_layernorm.weight"),
+        qkv=src.projection([attn + f"{n}_proj.weight" for n in "qkv"], bias),
+        out=src.projection([attn + "o_proj.weight"]),
+        post_norm=src.take(p + "post_attention_layernorm.weight"),
+        gate_up=src.projection([p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
+        down=src.projection([p + "mlp.down_proj.weight"]),
+    )
+
+
 class LlamaModel:
     """The network as plain tensors; `forward` is the whole computation of one step."""
 
@@ -156,54 +199,18 @@ class LlamaModel:
         self.n_kv = config.num_key_value_heads
         self.head_dim = config.head_dim
         self.eps = config.rms_norm_eps
-        # The C decode-attention kernel (model/native.py) where it builds: CPU, float32 or
-        # bfloat16, its buffer limits; SDPA over gathered copies otherwise.
-        self.native_decode = (
-            self.head_dim <= 256
-            and self.n_heads // self.n_kv <= 16
-            and decode_attention_available(device, dtype)
-        )
-        self._weights, self._q4 = weights, q4 or {}
-        self.embed = self._take("model.embed_tokens.weight")
-        self.final_norm = self._take("model.norm.weight")
+        # The C decode-attention kernel (model/native.py) where it runs; SDPA otherwise.
+        group = self.n_heads // self.n_kv
+        self.native_decode = decode_attention_available(device, dtype, self.head_dim, group)
+        src = _WeightSource(weights, q4 or {}, dtype, device, packed)
+        self.embed = src.take("model.embed_tokens.weight")
+        self.final_norm = src.take("model.norm.weight")
         untied = "lm_head.weight" in weights and not config.tie_word_embeddings
-        self.lm_head = self._projection(
-            ["lm_head.weight" if untied else "model.embed_tokens.weight"]
-        )
-        self.layers = [self._layer(i) for i in range(config.num_hidden_layers)]
-        del self._weights, self._q4
+        self.lm_head = src.projection(["lm_head.weight" if untied else "model.embed_tokens.weight"])
+        self.layers = [
+            _layer(src, i, config.attention_bias) for i in range(config.num_hidden_layers)
+        ]
         self._init_rope()
-
-    def _take(self, name: str) -> torch.Tensor:
-        return self._raw(name).to(device=self.device, dtype=self.dtype).contiguous()
-
-    def _raw(self, name: str) -> torch.Tensor:
-        if name not in self._weights:
-            raise UnsupportedModelError(f"The weights have no tensor '{name}'.")
-        return self._weights[name]
-
-    def _projection(self, names: list[str], bias: list[str] | None = None) -> Projection:
-        return projection_cat(
-            [self._raw(n) for n in names],
-            [self._q4.get(n) for n in names],
-            self.dtype,
-            self.device,
-            bias=torch.cat([self._raw(b) for b in bias]) if bias else None,
-            packed=self.packed,
-        )
-
-    def _layer(self, i: int) -> LayerWeights:
-        p = f"model.layers.{i}."
-        attn = p + "self_attn."
-        bias = [attn + f"{n}_proj.bias" for n in "qkv"] if self.config.attention_bias else None
-        return LayerWeights(
-            input_norm=self._take(p + "input_layernorm.weight"),
-            qkv=self._projection([attn + f"{n}_proj.weight" for n in "qkv"], bias),
-            out=self._projection([attn + "o_proj.weight"]),
-            post_norm=self._take(p + "post_attention_layernorm.weight"),
-            gate_up=self._projection([p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
-            down=self._projection([p + "mlp.down_proj.weight"]),
-        )
 
     def _init_rope(self) -> None:
         # Tables computed once in float64 then cast: cos/sin for every position, both halves.
@@ -286,7 +293,7 @@ class LlamaModel:
     ) -> torch.Tensor:
         tables, lengths = batch.decode_tables, batch.decode_lengths
         out = decode_attention(q.contiguous(), k_cache, v_cache, tables, lengths)
-        if out is None:  # the limits were checked when the model was built
+        if out is None:  # sizes were checked when the model was built; lengths by the runner
             raise RuntimeError("the native decode-attention kernel refused its inputs")
         return out
 

@@ -89,8 +89,23 @@ def _build(compiler: str, source: Path, target: Path) -> bool:
 _SYMBOLS = {torch.float32: "decode_attention_f32", torch.bfloat16: "decode_attention_bf16"}
 
 
-def decode_attention_available(device: torch.device, dtype: torch.dtype) -> bool:
-    return device.type == "cpu" and dtype in _SYMBOLS and _library("decode_attention") is not None
+# The C kernel's fixed buffers (MAX_HEAD_DIM, MAX_GROUP in decode_attention.c).
+MAX_HEAD_DIM = 256
+MAX_GROUP = 16
+
+
+def decode_attention_available(
+    device: torch.device, dtype: torch.dtype, head_dim: int, group: int
+) -> bool:
+    """Whether the kernel runs this model's decode: CPU, float32/bfloat16, within its buffers,
+    and it builds here."""
+    return (
+        device.type == "cpu"
+        and dtype in _SYMBOLS
+        and head_dim <= MAX_HEAD_DIM
+        and group <= MAX_GROUP
+        and _library("decode_attention") is not None
+    )
 
 
 def decode_attention(
@@ -104,19 +119,19 @@ def decode_attention(
 
     q [D, n_heads, hd]; k_cache/v_cache [blocks, 16, n_kv, hd]; tables [D, max_blocks] and
     lengths [D] int64 (positions to attend to, the new token's included). All on the CPU and
-    contiguous. None when the kernel cannot run these inputs (the caller falls back).
+    contiguous. None when the kernel is unavailable, a size is beyond its buffers, or a length
+    is not within 1..16 * max_blocks.
     """
     library = _library("decode_attention")
     if library is None or q.dtype not in _SYMBOLS:
         return None
     tensors = (q, k_cache, v_cache, tables, lengths)
-    # The kernel reads raw memory: anything else would be read out of bounds.
+    # The kernel reads raw memory: anything else would be read out of bounds. (Lengths
+    # outside their block tables are refused by the kernel itself, which loops over them.)
     if not all(t.is_contiguous() and t.device.type == "cpu" for t in tensors):
         raise ValueError("decode_attention needs contiguous CPU tensors")
     if tables.dtype != torch.long or lengths.dtype != torch.long or k_cache.dtype != q.dtype:
         raise ValueError("decode_attention needs int64 tables/lengths and a cache in q's dtype")
-    if int(lengths.max()) > tables.shape[1] * k_cache.shape[1]:
-        raise ValueError("a context length is longer than its block table covers")
     d, n_heads, hd = q.shape
     out = torch.empty_like(q)
     status = getattr(library, _SYMBOLS[q.dtype])(

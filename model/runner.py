@@ -98,12 +98,7 @@ class ModelRunner:
         """Block tables and lengths for the native kernel, which reads the cache as it is."""
         seqs = [d.seq for d in decodes]
         lengths = [s.num_computed_tokens + 1 for s in seqs]
-        width = -(-max(lengths) // BLOCK_SIZE)
-        tables = torch.zeros(len(seqs), width, dtype=torch.long)
-        for row, seq in enumerate(seqs):
-            used = seq.block_table[:width]
-            tables[row, : len(used)] = torch.tensor(used, dtype=torch.long)
-        batch.decode_tables = tables
+        batch.decode_tables = _block_tables(seqs, -(-max(lengths) // BLOCK_SIZE))
         batch.decode_lengths = torch.tensor(lengths, dtype=torch.long)
 
     def _add_decode_context(self, batch: AttentionBatch, decodes: list[ScheduledSeq]) -> None:
@@ -114,11 +109,7 @@ class ModelRunner:
         batch.decode_context = context
         fresh = 0 if context is None else context.fresh_from
         if fresh < len(seqs):
-            tables = torch.zeros(len(seqs) - fresh, width, dtype=torch.long)
-            for row, seq in enumerate(seqs[fresh:]):
-                used = seq.block_table[:width]
-                tables[row, : len(used)] = torch.tensor(used, dtype=torch.long)
-            batch.decode_blocks = tables.flatten().to(self.device)
+            batch.decode_blocks = _block_tables(seqs[fresh:], width).flatten().to(self.device)
         if context is not None or min(lengths) != width * BLOCK_SIZE:
             pos = torch.arange(width * BLOCK_SIZE)
             mask = pos.unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
@@ -164,3 +155,10 @@ class ModelRunner:
             self._context_keys.append(torch.zeros(shape, dtype=k.dtype, device=self.device))
             self._context_values.append(torch.zeros(shape, dtype=k.dtype, device=self.device))
         return True
+
+
+def _block_tables(seqs: list[Sequence], width: int) -> torch.Tensor:
+    """[len(seqs), width] block ids, each table cut or zero-padded to `width` (one tensor
+    built from one list: a step does this for every decoding sequence)."""
+    rows = [seq.block_table[:width] for seq in seqs]
+    return torch.tensor([row + [0] * (width - len(row)) for row in rows], dtype=torch.long)

@@ -259,7 +259,8 @@ static void head_bf16_avx512(const uint16_t *q, const uint16_t *k, const uint16_
 }
 #endif
 
-/* Returns 0, or -1 when a size is beyond the fixed buffers (the caller falls back). The
+/* Returns 0, or -1 when a size is beyond the fixed buffers or a length is outside its block
+ * table (nothing is read then). The
  * (sequence, KV head) pairs are shared among `n_threads` OpenMP threads when built with it. */
 #define DEFINE_ENTRY(NAME, T, HEAD, LOAD, STORE, FAST)                                        \
 int NAME(const T *q, const T *k, const T *v, const int64_t *tables, const int64_t *lengths,   \
@@ -268,7 +269,10 @@ int NAME(const T *q, const T *k, const T *v, const int64_t *tables, const int64_
     const int group = n_heads / n_kv;                                                         \
     if (hd > MAX_HEAD_DIM || group > MAX_GROUP || n_threads < 1) return -1;                   \
     int64_t longest = 1;                                                                      \
-    for (int d = 0; d < n_seqs; d++) longest = lengths[d] > longest ? lengths[d] : longest;   \
+    for (int d = 0; d < n_seqs; d++) {                                                        \
+        if (lengths[d] < 1 || lengths[d] > (int64_t)max_blocks * BLOCK) return -1;            \
+        longest = lengths[d] > longest ? lengths[d] : longest;                                \
+    }                                                                                         \
     float *all_scores = malloc(sizeof(float) * group * longest * n_threads);                  \
     if (!all_scores) return -1;                                                               \
     _Pragma("omp parallel num_threads(n_threads)")                                            \
