@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from model.linear import cpu_has_bf16
+
 # Token counts are rounded up to this step: fewer distinct shapes to plan and cache.
 LENGTH_STEP = 16
 # Rows per matrix product the packed weights are laid out for (about one 500-character text).
@@ -31,12 +33,7 @@ def compute_dtype(device: torch.device) -> torch.dtype:
     """bfloat16 where the hardware multiplies it natively, else float32."""
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    cpu = torch.cpu
-    native = (
-        getattr(cpu, "_is_amx_tile_supported", lambda: False)()
-        or getattr(cpu, "_is_avx512_bf16_supported", lambda: False)()
-    )
-    return torch.bfloat16 if native else torch.float32
+    return torch.bfloat16 if cpu_has_bf16() else torch.float32
 
 
 class _Linear:
