@@ -4,7 +4,7 @@
 against HF static batches and HF single-stream; (c) time to first token of a long prompt,
 cold and with its prefix cached; (d) the machine's memory read bandwidth and how close
 single-stream decode gets to the limit it sets (weight bytes read per token, in the form
-ours reads them: packed 4-/8-bit where the engine keeps packed copies).
+ours reads them: the native step's 4-bit/8-bit tiles, packed copies, or dense floats).
 Ours runs in its default dtype and weight format; HF runs in float32 (its default) and in
 bfloat16, and the ratios use whichever of the two is faster. Ours and the baseline run
 interleaved in one process, so machine noise hits both alike.
@@ -64,7 +64,7 @@ TTFT_PROMPT = 1500
 class BenchResult:
     device: str
     dtype: str
-    weights: str  # "packed" (4-/8-bit copies for decode) or "dense"
+    weights: str  # "native" (the native decode step), "packed" (4-/8-bit copies) or "dense"
     threads: int
     single_ours_tps: float
     # HF runs in float32 and in bfloat16; the ratios use its faster dtype (the *_hf_dtype).
@@ -289,8 +289,10 @@ class EngineBench:
 
     def weight_bytes_per_token(self) -> int:
         """Bytes of every weight a single-sequence decode step reads, in the form it reads
-        them (packed where the engine keeps packed copies; the embedding: one row only)."""
+        them (native tiles, packed copies or dense; the embedding: one row only)."""
         model = self.engine.model
+        if model.native_step is not None:
+            return model.native_step.bytes_per_step + _nbytes(model.embed[0])
         total = model.lm_head.bytes_per_row() + _nbytes(model.final_norm)
         for layer in model.layers:
             total += _nbytes(layer.input_norm) + _nbytes(layer.post_norm)
@@ -362,7 +364,7 @@ def run(options: BenchOptions) -> BenchResult:
     return BenchResult(
         device=str(bench.device),
         dtype=str(bench.dtype).removeprefix("torch."),
-        weights="packed" if bench.engine.model.packed else "dense",
+        weights=bench.engine.weight_format,
         threads=torch.get_num_threads(),
         single_ours_tps=max(ours),
         single_hf_by_dtype={d: max(rates) for d, rates in hf.items()},

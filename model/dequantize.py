@@ -10,7 +10,7 @@ so both give bit-identical values (the tests check it).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 
 import numpy as np
@@ -172,6 +172,11 @@ class Q4Groups:
 
 
 Q4_GROUP = 32
+
+
+def concat_q4(parts: list[Q4Groups]) -> Q4Groups:
+    """Matrices of the same input stacked by output rows (q|k|v, gate|up)."""
+    return Q4Groups(*(torch.cat([getattr(q, f.name) for q in parts]) for f in fields(Q4Groups)))
 
 
 def q4_groups(

@@ -24,6 +24,7 @@ from model.kv_cache import BlockPool, num_blocks_for_budget
 from model.linear import cpu_has_bf16, packed_kernels_available
 from model.llama import LlamaModel
 from model.metrics import EngineMetrics, RequestMetrics
+from model.native_step import native_step_supported
 from model.params import SamplingParams
 from model.runner import ModelRunner
 from model.sampler import RequestSampler, SampledToken, sample
@@ -58,8 +59,10 @@ class EngineOptions:
     # noise on 32 concurrent requests.
     max_num_batched_tokens: int = 1024
     enable_prefix_caching: bool = True
-    # "packed": also keep 4-/8-bit copies of the projections for decode (model/linear.py);
-    # "dense": float copies only; "auto": packed where the CPU kernels for it are fast.
+    # "native": decode-only steps run as one native call over the file's 4-bit codes
+    # (model/native_step.py); "packed": 4-/8-bit copies of the projections for torch's
+    # weight-only kernels (model/linear.py); "dense": float copies only. "auto": native
+    # where it runs, else packed where those kernels are fast, else dense.
     weight_format: str = "auto"
 
 
@@ -85,18 +88,32 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def use_packed_weights(weight_format: str, device: torch.device, dtype: torch.dtype) -> bool:
-    if weight_format not in ("auto", "packed", "dense"):
+WEIGHT_FORMATS = ("auto", "native", "packed", "dense")
+
+
+def weight_format_for(
+    requested: str, config: ModelConfig, device: torch.device, dtype: torch.dtype, q4: dict
+) -> str:
+    """The format the model is built with: "native", "packed" or "dense"."""
+    if requested not in WEIGHT_FORMATS:
         raise ValueError(
-            f"weight_format must be 'auto', 'packed' or 'dense', not {weight_format!r}."
+            f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, not {requested!r}."
         )
-    fast = packed_kernels_available(device, dtype)
-    if weight_format == "packed" and not fast:
+    native = native_step_supported(config, dtype, device, q4)
+    packed = packed_kernels_available(device, dtype)
+    if requested == "native" and not native:
+        raise ValueError(
+            "weight_format='native' needs a CPU with AVX2, a C compiler and a model file "
+            "whose layer matrices are Q4_0/Q4_1; use 'auto' here."
+        )
+    if requested == "packed" and not packed:
         raise ValueError(
             "weight_format='packed' needs bfloat16 on a CPU with AVX512-BF16; "
             "use weight_format='auto' or 'dense' here."
         )
-    return weight_format == "packed" or (weight_format == "auto" and fast)
+    if requested != "auto":
+        return requested
+    return "native" if native else "packed" if packed else "dense"
 
 
 class LLMEngine:
@@ -122,8 +139,18 @@ class LLMEngine:
         self.options = EngineOptions(device=device, dtype=dtype or default_dtype(device), **options)
         self.config = config
         self.tokenizer = tokenizer
-        packed = use_packed_weights(self.options.weight_format, device, self.options.dtype)
-        self.model = LlamaModel(config, weights, device, self.options.dtype, q4, packed)
+        self.weight_format = weight_format_for(
+            self.options.weight_format, config, device, self.options.dtype, q4 or {}
+        )
+        self.model = LlamaModel(
+            config,
+            weights,
+            device,
+            self.options.dtype,
+            q4,
+            packed=self.weight_format == "packed",
+            native=self.weight_format == "native",
+        )
         num_blocks = self.options.num_blocks or num_blocks_for_budget(
             config, self.options.dtype, self.options.kv_cache_bytes
         )

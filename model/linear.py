@@ -14,11 +14,11 @@ Elsewhere (float32, CUDA, CPUs without those kernels) only the dense copy exists
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
-from model.dequantize import Q4_GROUP, Q4Groups
+from model.dequantize import Q4_GROUP, Q4Groups, concat_q4
 
 # Up to how many rows the packed kernels beat the dense AMX matmul: they dequantise the
 # weights again for every row block, the dense matmul reuses each weight across rows.
@@ -98,7 +98,7 @@ def projection(
     if q4 is not None and _int4_shape_ok(weight):
         proj.int4, proj.int4_scales = _pack_int4(q4, dtype)
     else:
-        proj.int8, proj.int8_scales = _pack_int8(weight, dtype)
+        proj.int8, proj.int8_scales = int8_rows(weight, dtype)
     return proj
 
 
@@ -116,7 +116,7 @@ def _pack_int4(q4: Q4Groups, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Te
     return packed, scales
 
 
-def _pack_int8(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def int8_rows(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     # One scale per output row, rounded up to a value the compute dtype holds exactly (the
     # kernel takes scales in that dtype), so the codes are quantised against the scale used.
     scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127
@@ -142,7 +142,5 @@ def projection_cat(
 ) -> Projection:
     """Several projections of the same input side by side (q|k|v, gate|up): one matmul."""
     weight = torch.cat(weights)
-    q4 = None
-    if all(q is not None for q in q4s):
-        q4 = Q4Groups(*(torch.cat([getattr(q, f.name) for q in q4s]) for f in fields(Q4Groups)))
+    q4 = concat_q4(q4s) if all(q is not None for q in q4s) else None
     return projection(weight, dtype, device, q4, bias, packed)

@@ -8,17 +8,24 @@ which token belongs to which sequence, and that comes from `AttentionBatch`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 
 from model.config import ModelConfig, UnsupportedModelError
-from model.dequantize import Q4Groups
-from model.linear import Projection, projection_cat
+from model.dequantize import Q4Groups, concat_q4
+from model.linear import Projection, packed_kernels_available, projection_cat
 from model.native import decode_attention, decode_attention_available
+from model.native_step import LayerSource, NativeStep, layer_matrix_names
 
 BLOCK_SIZE = 16
+# Up to how many decoding sequences a step runs as one native call (model/native_step.py).
+# Its cost grows ~4 ms per sequence (integer products); the dense matmul's grows little. In
+# float32 the native step still won at 32 sequences (290 against 570 ms a step, 1 thread);
+# where bfloat16 matmuls run on AMX (~45 ms for a 32-row step) it wins for a few rows only.
+NATIVE_MAX_ROWS = 64
+NATIVE_MAX_ROWS_BESIDE_AMX = 4
 
 
 def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
@@ -163,6 +170,11 @@ class _WeightSource:
         )
 
 
+def _lm_head_name(config: ModelConfig, weights: dict[str, torch.Tensor]) -> str:
+    untied = "lm_head.weight" in weights and not config.tie_word_embeddings
+    return "lm_head.weight" if untied else "model.embed_tokens.weight"
+
+
 def _layer(src: _WeightSource, i: int, attention_bias: bool) -> LayerWeights:
     p = f"model.layers.{i}."
     attn = p + "self_attn."
@@ -188,9 +200,12 @@ class LlamaModel:
         dtype: torch.dtype,
         q4: dict[str, Q4Groups] | None = None,
         packed: bool = False,
+        native: bool = False,
     ) -> None:
         """`q4`: the file's 4-bit codes by HF name; `packed`: also keep packed copies of the
-        projections for few-row products (see model/linear.py; bfloat16 on the CPU only)."""
+        projections for few-row products (see model/linear.py; bfloat16 on the CPU only);
+        `native`: run decode-only steps as one native call (model/native_step.py; the caller
+        checked `native_step_supported`)."""
         self.config = config
         self.device = device
         self.dtype = dtype
@@ -205,12 +220,14 @@ class LlamaModel:
         src = _WeightSource(weights, q4 or {}, dtype, device, packed)
         self.embed = src.take("model.embed_tokens.weight")
         self.final_norm = src.take("model.norm.weight")
-        untied = "lm_head.weight" in weights and not config.tie_word_embeddings
-        self.lm_head = src.projection(["lm_head.weight" if untied else "model.embed_tokens.weight"])
+        self.lm_head = src.projection([_lm_head_name(config, weights)])
         self.layers = [
             _layer(src, i, config.attention_bias) for i in range(config.num_hidden_layers)
         ]
         self._init_rope()
+        self.native_step = self._native_step(src) if native else None
+        amx = packed_kernels_available(device, dtype)
+        self.native_max_rows = NATIVE_MAX_ROWS_BESIDE_AMX if amx else NATIVE_MAX_ROWS
 
     def _init_rope(self) -> None:
         # Tables computed once in float64 then cast: cos/sin for every position, both halves.
@@ -220,6 +237,37 @@ class LlamaModel:
         angles = torch.cat([angles, angles], dim=-1)
         self.rope_cos = angles.cos().to(device=self.device, dtype=self.dtype)
         self.rope_sin = angles.sin().to(device=self.device, dtype=self.dtype)
+
+    def _native_step(self, src: _WeightSource) -> NativeStep:
+        layers = []
+        for i in range(self.config.num_hidden_layers):
+            q4 = {
+                k: concat_q4([src.q4[n] for n in v])
+                for k, v in layer_matrix_names(self.config, i).items()
+            }
+            p = f"model.layers.{i}."
+            bias = None
+            if self.config.attention_bias:
+                bias = torch.cat([src.raw(p + f"self_attn.{n}_proj.bias") for n in "qkv"])
+            layers.append(
+                LayerSource(
+                    src.raw(p + "input_layernorm.weight"),
+                    src.raw(p + "post_attention_layernorm.weight"),
+                    q4["qkv"],
+                    bias,
+                    q4["o"],
+                    q4["gate_up"],
+                    q4["down"],
+                )
+            )
+        return NativeStep(
+            self.config,
+            layers,
+            self.embed,
+            src.raw("model.norm.weight"),
+            src.raw(_lm_head_name(self.config, src.weights)),
+            rope_inverse_frequencies(self.config),
+        )
 
     def new_cache(self, num_blocks: int) -> KVCache:
         return KVCache(self.config, num_blocks, self.dtype, self.device)
@@ -239,6 +287,50 @@ class LlamaModel:
                 f"Position {int(positions.max())} is beyond the model's context window "
                 f"of {self.config.max_position_embeddings} tokens."
             )
+        if self._native_serves(batch):
+            return self._native_forward(input_ids, positions, batch, cache, logits_indices)
+        return self._torch_forward(input_ids, positions, batch, cache, logits_indices)
+
+    def _native_forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        batch: AttentionBatch,
+        cache: KVCache,
+        logits_indices: torch.Tensor,
+    ) -> torch.Tensor:
+        d = batch.num_decodes
+        # Decodes go native even beside prefill chunks: each token then takes the same path
+        # whatever else is in the step, and a request's output does not depend on its batch.
+        decoded = self.native_step(
+            cache.keys,
+            cache.values,
+            input_ids[:d],
+            positions[:d],
+            batch.slot_mapping[:d],
+            batch.decode_tables,
+            batch.decode_lengths,
+        )
+        if not batch.prefills:
+            return decoded[logits_indices]
+        spans = tuple(replace(span, start=span.start - d) for span in batch.prefills)
+        rest = AttentionBatch(slot_mapping=batch.slot_mapping[d:], prefills=spans)
+        of_prefills = logits_indices >= d
+        out = decoded.new_empty(len(logits_indices), decoded.shape[1])
+        out[~of_prefills] = decoded[logits_indices[~of_prefills]]
+        out[of_prefills] = self._torch_forward(
+            input_ids[d:], positions[d:], rest, cache, logits_indices[of_prefills] - d
+        )
+        return out
+
+    def _torch_forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        batch: AttentionBatch,
+        cache: KVCache,
+        logits_indices: torch.Tensor,
+    ) -> torch.Tensor:
         cos = self.rope_cos[positions].unsqueeze(1)
         sin = self.rope_sin[positions].unsqueeze(1)
         # The residual stream stays in float32 whatever the compute dtype: summed over every
@@ -253,6 +345,14 @@ class LlamaModel:
             x = x + layer.down(F.silu(gate) * up)
         x = rms_norm(x[logits_indices], self.final_norm, self.eps)
         return self.lm_head(x).float()
+
+    def _native_serves(self, batch: AttentionBatch) -> bool:
+        """Whether the step's decodes (up to `native_max_rows`) run as one native call."""
+        return (
+            self.native_step is not None
+            and batch.decode_tables is not None
+            and 1 <= batch.num_decodes <= self.native_max_rows
+        )
 
     def _attention(
         self,

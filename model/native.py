@@ -47,13 +47,15 @@ def _cpu_signature() -> str:
 
 
 @cache
-def _library(name: str) -> ctypes.CDLL | None:
+def kernel_library(name: str) -> ctypes.CDLL | None:
     source = KERNEL_DIR / f"{name}.c"
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
         log.warning("no C compiler found; %s uses the slower torch path", name)
         return None
-    key = source.read_bytes() + " ".join(FLAGS).encode() + _cpu_signature().encode()
+    # Every source counts: a kernel may include another.
+    sources = b"".join(p.read_bytes() for p in sorted(KERNEL_DIR.glob("*.c")))
+    key = sources + " ".join(FLAGS).encode() + _cpu_signature().encode()
     target = cache_dir() / f"{name}-{hashlib.sha256(key).hexdigest()[:16]}.so"
     with _build_lock:
         if not target.exists() and not _build(compiler, source, target):
@@ -104,7 +106,7 @@ def decode_attention_available(
         and dtype in _SYMBOLS
         and head_dim <= MAX_HEAD_DIM
         and group <= MAX_GROUP
-        and _library("decode_attention") is not None
+        and kernel_library("decode_attention") is not None
     )
 
 
@@ -122,7 +124,7 @@ def decode_attention(
     contiguous. None when the kernel is unavailable, a size is beyond its buffers, or a length
     is not within 1..16 * max_blocks.
     """
-    library = _library("decode_attention")
+    library = kernel_library("decode_attention")
     if library is None or q.dtype not in _SYMBOLS:
         return None
     tensors = (q, k_cache, v_cache, tables, lengths)

@@ -1,14 +1,15 @@
-"""Packed projection weights: the file's 4-bit codes used as they are, int8 rows elsewhere,
-and the bfloat16 packed engine choosing what the float32 network would choose."""
+"""Packed projection weights: the file's 4-bit codes used as they are, int8 rows elsewhere;
+and the packed (bfloat16) and native-step engines choosing what the float32 network would."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from model.engine import LLMEngine
+from model.engine import LLMEngine, default_dtype
 from model.linear import INT4_MAX_ROWS, cpu_has_bf16, projection, projection_cat
 from model.llama import AttentionBatch, LlamaModel, PrefillSpan
+from model.native_step import native_step_supported
 from model.params import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -67,6 +68,8 @@ def test_weight_format_is_checked(loaded_model) -> None:
         LLMEngine(c.config, c.weights, device="cpu", weight_format="int3", num_blocks=8)
     with pytest.raises(ValueError, match="needs bfloat16"):
         LLMEngine(c.config, c.weights, device="cpu", dtype=torch.float32, weight_format="packed")
+    with pytest.raises(ValueError, match="Q4_0/Q4_1"):  # no 4-bit codes given
+        LLMEngine(c.config, c.weights, device="cpu", weight_format="native", num_blocks=8)
 
 
 def float32_logits(loaded_model, ids: list[int]) -> torch.Tensor:
@@ -77,11 +80,28 @@ def float32_logits(loaded_model, ids: list[int]) -> torch.Tensor:
     return model.forward(torch.tensor(ids), torch.arange(n), batch, cache, torch.arange(n))
 
 
-@pytest.mark.skipif(not cpu_has_bf16(), reason="packed weights need a CPU with AVX512-BF16")
-def test_packed_bfloat16_decode_chooses_what_float32_would(loaded_model) -> None:
+@pytest.mark.parametrize("weight_format", ["packed", "native"])
+def test_few_row_decode_chooses_what_float32_would(loaded_model, weight_format) -> None:
+    """The fast decode paths (bfloat16 weight-only kernels; the native step's int8
+    activations) against the float32 network, teacher-forced on what they generated."""
     c = loaded_model
-    engine = LLMEngine(c.config, c.weights, c.tokenizer, device="cpu", q4=c.q4, num_blocks=64)
-    assert engine.options.dtype == torch.bfloat16 and engine.model.packed
+    dtype = torch.bfloat16 if weight_format == "packed" else None
+    if weight_format == "packed" and not cpu_has_bf16():
+        pytest.skip("packed weights need a CPU with AVX512-BF16")
+    if weight_format == "native" and not native_step_supported(
+        c.config, dtype or default_dtype(CPU), CPU, c.q4
+    ):
+        pytest.skip("the native step needs a CPU with AVX2 and a C compiler")
+    engine = LLMEngine(
+        c.config,
+        c.weights,
+        c.tokenizer,
+        device="cpu",
+        dtype=dtype,
+        q4=c.q4,
+        num_blocks=64,
+        weight_format=weight_format,
+    )
     tok = c.tokenizer
     prompts = ["Why is the sky blue?", "List three uses of a spreadsheet.", "写一首关于春天的诗。"]
     params = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)

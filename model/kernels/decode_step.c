@@ -1,0 +1,450 @@
+/* One whole decode step of a Llama-family model in native code, for a few sequences.
+ *
+ * Decoding one token per sequence reads every weight once and does little arithmetic with
+ * it, so its speed is set by how fast the weights stream from memory and by what is paid
+ * per operation. In PyTorch a step is ~400 small operator calls around kernels that are
+ * either float (4-8x the bytes) or slower than memory; here the whole step is one call:
+ *
+ *   embed -> per layer: rms_norm, QKV, RoPE, K/V into the paged cache, attention
+ *   (decode_attention.c), O, residual, rms_norm, gate|up, SiLU * up, down, residual
+ *   -> rms_norm -> lm_head logits.
+ *
+ * Matrix-vector products use AVX2 integer dot products (vpmaddubsw: unsigned bytes times
+ * signed bytes). Each activation row is quantised to int8 per group of 32 inputs (one float
+ * scale per group); weights are the model file's own 4-bit codes (Q4_0/Q4_1: w = d * code
+ * + m per group of 32) or, for the lm_head, int8 codes with one scale per group of 32
+ * (Q8_0; exact for a Q8_0 file).
+ * Per group of 32 inputs:
+ *   sum(w * x) = d * dx * sum(code * xq) + m * sum(x)
+ * Weights are laid out in tiles of 8 output rows, so one 32-byte register holds 4 codes of
+ * each of the 8 rows and a broadcast of 4 activation bytes multiplies all of them: every
+ * 32-bit lane accumulates its own output row, and no horizontal sums are needed.
+ *
+ * Q4 tile, per (8 rows, group of 32 inputs), 160 bytes in memory order:
+ *   4 x 32 bytes of codes: register k, lane r, byte b holds code[r][4k + b] in its low
+ *                          nibble and code[r][16 + 4k + b] in its high nibble
+ *   8 x fp16 d, then 8 x fp16 m
+ * Int8 tile, per (8 rows, group of 32), 272 bytes: register k (0..7), lane r, byte b holds
+ *   code[r][4k + b] (codes within -127..127), then 8 x fp16 d (w = d * code).
+ *
+ * Everything between the products stays in float32 (the residual stream included); the
+ * query, keys and values take the cache's type (float32 or bfloat16) for the attention.
+ */
+#include "decode_attention.c"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define HAVE_AVX2 1
+#endif
+
+#define TILE 8
+#define GROUP 32
+#define Q4_TILE_BYTES 160
+#define Q8_TILE_BYTES 272
+#define MAX_ROWS 64
+
+typedef struct {
+    const uint8_t *tiles; /* [out / 8][in / 32][160] */
+    const float *bias;    /* [out] or NULL */
+    int64_t in, out;
+} Q4Matrix;
+
+typedef struct {
+    const int8_t *tiles; /* [out / 8][in / 32][272] */
+    int64_t in, out;
+} Q8Matrix;
+
+typedef struct {
+    const float *input_norm, *post_norm; /* [hidden] */
+    Q4Matrix qkv, o, gate_up, down;
+} Layer;
+
+typedef struct {
+    int64_t hidden, intermediate, n_heads, n_kv, head_dim, n_layers, vocab, max_position;
+    int64_t bf16;             /* 1: embedding and cache in bfloat16, 0: float32 */
+    float eps;
+    const void *embed;        /* [vocab, hidden] */
+    const float *final_norm;  /* [hidden] */
+    const double *inv_freq;   /* [head_dim / 2] RoPE frequencies, scaling applied */
+    const Layer *layers;      /* [n_layers] */
+    Q8Matrix lm_head;
+} Model;
+
+/* Activations of up to MAX_ROWS rows, quantised per group of 32 for the integer products. */
+typedef struct {
+    int8_t *q;  /* [rows][n] */
+    float *d;   /* [rows][n / 32] scale: x ~ d * q */
+    float *sum; /* [rows][n / 32] exact float sum of the group's x */
+} Quantised;
+
+int decode_step_supported(void) {
+#ifdef HAVE_AVX2
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+#ifdef HAVE_AVX2
+
+static inline float hsum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+static inline float hmax8(__m256 v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
+}
+
+/* 8 int32 -> 8 int8 (values within -127..127) */
+static inline void store8_i8(int8_t *dst, __m256i v) {
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    const __m128i b = _mm_packs_epi16(w, w);
+    _mm_storel_epi64((__m128i *)dst, b);
+}
+
+static void quantise(const float *x, int rows, int64_t n, Quantised *out) {
+    const int64_t groups = n / GROUP;
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    for (int r = 0; r < rows; r++) {
+        for (int64_t g = 0; g < groups; g++) {
+            const float *src = x + r * n + g * GROUP;
+            __m256 v[4], top = _mm256_setzero_ps(), sum = _mm256_setzero_ps();
+            for (int k = 0; k < 4; k++) {
+                v[k] = _mm256_loadu_ps(src + 8 * k);
+                top = _mm256_max_ps(top, _mm256_andnot_ps(sign, v[k]));
+                sum = _mm256_add_ps(sum, v[k]);
+            }
+            const float t = hmax8(top);
+            const __m256 inv = _mm256_set1_ps(t > 0.f ? 127.f / t : 0.f);
+            int8_t *dst = out->q + r * n + g * GROUP;
+            for (int k = 0; k < 4; k++)
+                store8_i8(dst + 8 * k, _mm256_cvtps_epi32(_mm256_mul_ps(v[k], inv)));
+            out->d[r * groups + g] = t / 127.f;
+            out->sum[r * groups + g] = hsum8(sum);
+        }
+    }
+}
+
+static inline __m256i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Up to ROW_BLOCK activation rows go through a tile at once: their accumulators stay in
+ * registers (AVX2 has 16), and the tile's codes, read from memory for the first block, come
+ * from L1 for the next ones. */
+#define ROW_BLOCK 4
+/* Bytes ahead of the tile being multiplied that are asked for: weights stream from memory
+ * once, and the hardware prefetcher alone leaves the loads waiting. */
+#define PREFETCH_AHEAD 2048 /* best of 0, 1, 2 and 4 KiB: 7.9, 6.6, 6.4, 7.2 ms/token */
+
+/* One tile (8 output rows) for activation rows r0 .. r0 + R - 1; R is a constant where
+ * this is inlined, so the row loops unroll and nothing spills. */
+static inline __attribute__((always_inline)) void q4_tile(const Q4Matrix *w, int64_t t,
+                                                          const Quantised *x, int r0,
+                                                          const int R, float *y) {
+    const int64_t groups = w->in / GROUP;
+    const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const uint8_t *p = w->tiles + t * groups * Q4_TILE_BYTES;
+    __m256 acc[ROW_BLOCK];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++, p += Q4_TILE_BYTES) {
+        for (int line = 0; line < Q4_TILE_BYTES; line += 64)
+            _mm_prefetch((const char *)p + PREFETCH_AHEAD + line, _MM_HINT_T0);
+        /* 16-bit lane sums: codes <= 15 and |xq| <= 127, so all 8 pair sums of a lane
+         * (<= 8 * 3810) fit before widening once. */
+        __m256i s[ROW_BLOCK];
+        for (int r = 0; r < R; r++) s[r] = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
+            const __m256i c = _mm256_loadu_si256((const __m256i *)(p + 32 * k));
+            const __m256i lo = _mm256_and_si256(c, low);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), low);
+            for (int r = 0; r < R; r++) {
+                const int8_t *xq = x->q + (r0 + r) * w->in + g * GROUP + 4 * k;
+                const __m256i a = _mm256_maddubs_epi16(lo, bcast4(xq));
+                const __m256i b = _mm256_maddubs_epi16(hi, bcast4(xq + 16));
+                s[r] = _mm256_add_epi16(s[r], _mm256_add_epi16(a, b));
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 128)));
+        const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 144)));
+        for (int r = 0; r < R; r++) {
+            const int64_t i = (r0 + r) * groups + g;
+            const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[r], ones));
+            acc[r] = _mm256_fmadd_ps(dot, _mm256_mul_ps(d, _mm256_set1_ps(x->d[i])), acc[r]);
+            acc[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(x->sum[i]), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        __m256 v = acc[r];
+        if (w->bias) v = _mm256_add_ps(v, _mm256_loadu_ps(w->bias + t * TILE));
+        _mm256_storeu_ps(y + (r0 + r) * w->out + t * TILE, v);
+    }
+}
+
+static inline __attribute__((always_inline)) void q8_tile(const Q8Matrix *w, int64_t t,
+                                                          const Quantised *x, int r0,
+                                                          const int R, float *y) {
+    const int64_t groups = w->in / GROUP;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t *p = w->tiles + t * groups * Q8_TILE_BYTES;
+    __m256 acc[ROW_BLOCK];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++, p += Q8_TILE_BYTES) {
+        for (int line = 0; line < Q8_TILE_BYTES; line += 64)
+            _mm_prefetch((const char *)p + PREFETCH_AHEAD + line, _MM_HINT_T0);
+        __m256i s[ROW_BLOCK];
+        for (int r = 0; r < R; r++) s[r] = _mm256_setzero_si256();
+        for (int k = 0; k < 8; k++) {
+            const __m256i c = _mm256_loadu_si256((const __m256i *)(p + 32 * k));
+            const __m256i magnitude = _mm256_abs_epi8(c);
+            for (int r = 0; r < R; r++) {
+                /* Signed times signed as |w| times (x with w's sign): vpmaddubsw wants its
+                 * first operand unsigned. Pair sums (<= 2 * 127 * 127) widen at once. */
+                const int8_t *xq = x->q + (r0 + r) * w->in + g * GROUP + 4 * k;
+                const __m256i pairs =
+                    _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(bcast4(xq), c));
+                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(pairs, ones));
+            }
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 256)));
+        for (int r = 0; r < R; r++) {
+            const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(x->d[(r0 + r) * groups + g]));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), dd, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(y + (r0 + r) * w->out + t * TILE, acc[r]);
+}
+
+/* y[r][row] = sum_i w[row][i] * x[r][i] (+ bias) for all rows r and the tiles [t0, t1). */
+#define DEFINE_TILES(NAME, MATRIX, TILE_FN)                                                  \
+static void NAME(const MATRIX *w, int rows, const Quantised *x, float *y, int64_t t0,       \
+                 int64_t t1) {                                                              \
+    for (int64_t t = t0; t < t1; t++)                                                       \
+        for (int r0 = 0; r0 < rows; r0 += ROW_BLOCK) {                                      \
+            switch (rows - r0 < ROW_BLOCK ? rows - r0 : ROW_BLOCK) {                        \
+            case 1: TILE_FN(w, t, x, r0, 1, y); break;                                      \
+            case 2: TILE_FN(w, t, x, r0, 2, y); break;                                      \
+            case 3: TILE_FN(w, t, x, r0, 3, y); break;                                      \
+            default: TILE_FN(w, t, x, r0, 4, y); break;                                     \
+            }                                                                               \
+        }                                                                                   \
+}
+
+DEFINE_TILES(q4_tiles, Q4Matrix, q4_tile)
+DEFINE_TILES(q8_tiles, Q8Matrix, q8_tile)
+
+/* The tiles are shared out in equal contiguous runs: each thread streams its own part. */
+static void share(int64_t tiles, int64_t *t0, int64_t *t1) {
+#ifdef _OPENMP
+    const int n = omp_get_num_threads(), i = omp_get_thread_num();
+#else
+    const int n = 1, i = 0;
+#endif
+    *t0 = tiles * i / n;
+    *t1 = tiles * (i + 1) / n;
+}
+
+static void q4_matmul(const Q4Matrix *w, int rows, const Quantised *x, float *y, int threads) {
+#pragma omp parallel num_threads(threads)
+    {
+        int64_t t0, t1;
+        share(w->out / TILE, &t0, &t1);
+        q4_tiles(w, rows, x, y, t0, t1);
+    }
+}
+
+static void q8_matmul(const Q8Matrix *w, int rows, const Quantised *x, float *y, int threads) {
+#pragma omp parallel num_threads(threads)
+    {
+        int64_t t0, t1;
+        share(w->out / TILE, &t0, &t1);
+        q8_tiles(w, rows, x, y, t0, t1);
+    }
+}
+
+static void rms_norm(const float *x, const float *weight, int rows, int64_t n, float eps,
+                     float *out) {
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float ss = 0.f;
+        for (int64_t j = 0; j < n; j++) ss += xr[j] * xr[j];
+        const float inv = 1.f / sqrtf(ss / (float)n + eps);
+        for (int64_t j = 0; j < n; j++) out[r * n + j] = weight[j] * (xr[j] * inv);
+    }
+}
+
+/* HF's rotate_half layout: pairs (i, i + half) rotated by the angle of frequency i. */
+static void rope(float *head, const float *cos, const float *sin, int64_t hd) {
+    const int64_t half = hd / 2;
+    for (int64_t i = 0; i < half; i++) {
+        const float a = head[i], b = head[i + half];
+        head[i] = a * cos[i] - b * sin[i];
+        head[i + half] = b * cos[i] + a * sin[i];
+    }
+}
+
+/* Element j of a row kept in the model's storage type (float32 or bfloat16). */
+static inline float load_value(const void *row, int64_t j, int bf16) {
+    return bf16 ? bf16_to_float(((const uint16_t *)row)[j]) : ((const float *)row)[j];
+}
+
+static inline void store_value(void *row, int64_t j, float value, int bf16) {
+    if (bf16)
+        ((uint16_t *)row)[j] = float_to_bf16(value);
+    else
+        ((float *)row)[j] = value;
+}
+
+typedef struct {
+    float *x, *h, *qkv, *gate_up;
+    float *cos, *sin;     /* [rows][head_dim / 2] each row's rotation at its position */
+    void *q, *attended;   /* [rows][n_heads * head_dim] in the cache's type */
+    Quantised quant;
+} Scratch;
+
+static int scratch_alloc(const Model *m, int rows, Scratch *s) {
+    const int64_t qkv = (m->n_heads + 2 * m->n_kv) * m->head_dim;
+    const int64_t attn = m->n_heads * m->head_dim;
+    int64_t widest = m->intermediate > m->hidden ? m->intermediate : m->hidden;
+    widest = attn > widest ? attn : widest;
+    const int64_t groups = rows * widest / GROUP;
+    s->x = malloc(sizeof(float) * rows * m->hidden);
+    s->h = malloc(sizeof(float) * rows * widest);
+    s->qkv = malloc(sizeof(float) * rows * qkv);
+    s->gate_up = malloc(sizeof(float) * rows * 2 * m->intermediate);
+    s->cos = malloc(sizeof(float) * rows * m->head_dim / 2);
+    s->sin = malloc(sizeof(float) * rows * m->head_dim / 2);
+    s->q = malloc(sizeof(float) * rows * attn);
+    s->attended = malloc(sizeof(float) * rows * attn);
+    s->quant.q = malloc((size_t)rows * widest);
+    s->quant.d = malloc(sizeof(float) * groups);
+    s->quant.sum = malloc(sizeof(float) * groups);
+    return s->x && s->h && s->qkv && s->gate_up && s->cos && s->sin && s->q && s->attended &&
+           s->quant.q && s->quant.d && s->quant.sum;
+}
+
+static void scratch_free(Scratch *s) {
+    void *all[] = {s->x,        s->h,       s->qkv,    s->gate_up, s->cos,      s->sin,
+                   s->q,        s->attended, s->quant.q, s->quant.d, s->quant.sum};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+/* The angles in double, as the reference tables are computed, once per step for all layers. */
+static void rope_angles(const Model *m, int rows, const int64_t *positions, Scratch *s) {
+    const int64_t half = m->head_dim / 2;
+    for (int r = 0; r < rows; r++)
+        for (int64_t i = 0; i < half; i++) {
+            const double angle = (double)positions[r] * m->inv_freq[i];
+            s->cos[r * half + i] = (float)cos(angle);
+            s->sin[r * half + i] = (float)sin(angle);
+        }
+}
+
+/* RoPE on the q and k heads; k and v into the cache at their slots, q beside them. */
+static void place_qkv(const Model *m, int rows, const int64_t *slots, void *k_cache,
+                      void *v_cache, Scratch *s) {
+    const int64_t hd = m->head_dim, nh = m->n_heads, nkv = m->n_kv;
+    const int64_t width = (nh + 2 * nkv) * hd;
+    const int bf16 = (int)m->bf16;
+    for (int r = 0; r < rows; r++) {
+        float *row = s->qkv + r * width;
+        const float *cos = s->cos + r * hd / 2, *sin = s->sin + r * hd / 2;
+        for (int64_t h = 0; h < nh + nkv; h++) rope(row + h * hd, cos, sin, hd);
+        for (int64_t j = 0; j < nh * hd; j++) store_value(s->q, r * nh * hd + j, row[j], bf16);
+        const int64_t at = slots[r] * nkv * hd;
+        for (int64_t j = 0; j < nkv * hd; j++) {
+            store_value(k_cache, at + j, row[nh * hd + j], bf16);
+            store_value(v_cache, at + j, row[(nh + nkv) * hd + j], bf16);
+        }
+    }
+}
+
+static int attention(const Model *m, int rows, const void *k_cache, const void *v_cache,
+                     const int64_t *tables, const int64_t *lengths, int max_blocks,
+                     int threads, Scratch *s) {
+    const int nh = (int)m->n_heads, nkv = (int)m->n_kv, hd = (int)m->head_dim;
+    const float scale = 1.f / sqrtf((float)hd);
+    if (m->bf16)
+        return decode_attention_bf16(s->q, k_cache, v_cache, tables, lengths, s->attended,
+                                     rows, nh, nkv, hd, max_blocks, scale, threads);
+    return decode_attention_f32(s->q, k_cache, v_cache, tables, lengths, s->attended, rows, nh,
+                                nkv, hd, max_blocks, scale, threads);
+}
+
+static int layer_step(const Model *m, const Layer *layer, int rows, const int64_t *slots,
+                      void *k_cache, void *v_cache, const int64_t *tables,
+                      const int64_t *lengths, int max_blocks, int threads, Scratch *s) {
+    const int64_t n = m->hidden, inter = m->intermediate, attn = m->n_heads * m->head_dim;
+    rms_norm(s->x, layer->input_norm, rows, n, m->eps, s->h);
+    quantise(s->h, rows, n, &s->quant);
+    q4_matmul(&layer->qkv, rows, &s->quant, s->qkv, threads);
+    place_qkv(m, rows, slots, k_cache, v_cache, s);
+    if (attention(m, rows, k_cache, v_cache, tables, lengths, max_blocks, threads, s) != 0)
+        return -1;
+    for (int64_t j = 0; j < rows * attn; j++) s->h[j] = load_value(s->attended, j, (int)m->bf16);
+    quantise(s->h, rows, attn, &s->quant);
+    q4_matmul(&layer->o, rows, &s->quant, s->h, threads);
+    for (int64_t j = 0; j < rows * n; j++) s->x[j] += s->h[j];
+    rms_norm(s->x, layer->post_norm, rows, n, m->eps, s->h);
+    quantise(s->h, rows, n, &s->quant);
+    q4_matmul(&layer->gate_up, rows, &s->quant, s->gate_up, threads);
+    for (int r = 0; r < rows; r++) {
+        const float *gate = s->gate_up + r * 2 * inter, *up = gate + inter;
+        for (int64_t j = 0; j < inter; j++)
+            s->h[r * inter + j] = gate[j] / (1.f + expf(-gate[j])) * up[j];
+    }
+    quantise(s->h, rows, inter, &s->quant);
+    q4_matmul(&layer->down, rows, &s->quant, s->h, threads);
+    for (int64_t j = 0; j < rows * n; j++) s->x[j] += s->h[j];
+    return 0;
+}
+
+#endif /* HAVE_AVX2 */
+
+/* Logits [rows, vocab] of one decode token per sequence; writes their K/V into the cache.
+ * k_caches / v_caches: one [blocks, 16, n_kv, head_dim] cache per layer, in the model's
+ * storage type; tables [rows, max_blocks] and lengths [rows] as decode_attention takes
+ * them. Returns 0, or -1 (nothing computed, the cache possibly written) when this CPU lacks
+ * the instructions, a token, position or length is out of range or memory runs out. */
+int decode_step(const Model *m, void *const *k_caches, void *const *v_caches, int rows,
+                const int64_t *tokens, const int64_t *positions, const int64_t *slots,
+                const int64_t *tables, const int64_t *lengths, int max_blocks, float *logits,
+                int threads) {
+#ifdef HAVE_AVX2
+    if (rows < 1 || rows > MAX_ROWS || threads < 1) return -1;
+    for (int r = 0; r < rows; r++)
+        if (tokens[r] < 0 || tokens[r] >= m->vocab || positions[r] < 0 ||
+            positions[r] >= m->max_position)
+            return -1;
+    Scratch s;
+    int status = -1;
+    if (scratch_alloc(m, rows, &s)) {
+        for (int r = 0; r < rows; r++)
+            for (int64_t j = 0; j < m->hidden; j++)
+                s.x[r * m->hidden + j] =
+                    load_value(m->embed, tokens[r] * m->hidden + j, (int)m->bf16);
+        rope_angles(m, rows, positions, &s);
+        status = 0;
+        for (int64_t i = 0; i < m->n_layers && status == 0; i++)
+            status = layer_step(m, &m->layers[i], rows, slots, k_caches[i], v_caches[i],
+                                tables, lengths, max_blocks, threads, &s);
+        if (status == 0) {
+            rms_norm(s.x, m->final_norm, rows, m->hidden, m->eps, s.h);
+            quantise(s.h, rows, m->hidden, &s.quant);
+            q8_matmul(&m->lm_head, rows, &s.quant, logits, threads);
+        }
+    }
+    scratch_free(&s);
+    return status;
+#else
+    (void)m, (void)k_caches, (void)v_caches, (void)rows, (void)tokens, (void)positions;
+    (void)slots, (void)tables, (void)lengths, (void)max_blocks, (void)logits, (void)threads;
+    return -1;
+#endif
+}
