@@ -254,6 +254,7 @@ class NativeStep:
             ctypes.byref(self.model),
             k_ptrs,
             v_ptrs,
+            ctypes.c_int64(keys[0].shape[0]),
             ctypes.c_int(rows),
             *(_P(t.data_ptr()) for t in ints),
             ctypes.c_int(tables.shape[1]),
@@ -263,7 +264,7 @@ class NativeStep:
         self._threads.record(rows, threads, time.perf_counter() - start)
         if status != 0:
             raise RuntimeError(
-                "the native decode step refused its inputs (token, position "
-                "or context length out of range)"
+                "the native decode step refused its inputs (a token, position, cache slot, "
+                "block or context length out of range)"
             )
         return logits

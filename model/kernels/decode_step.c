@@ -410,18 +410,24 @@ static int layer_step(const Model *m, const Layer *layer, int rows, const int64_
 /* Logits [rows, vocab] of one decode token per sequence; writes their K/V into the cache.
  * k_caches / v_caches: one [blocks, 16, n_kv, head_dim] cache per layer, in the model's
  * storage type; tables [rows, max_blocks] and lengths [rows] as decode_attention takes
- * them. Returns 0, or -1 (nothing computed, the cache possibly written) when this CPU lacks
- * the instructions, a token, position or length is out of range or memory runs out. */
-int decode_step(const Model *m, void *const *k_caches, void *const *v_caches, int rows,
-                const int64_t *tokens, const int64_t *positions, const int64_t *slots,
-                const int64_t *tables, const int64_t *lengths, int max_blocks, float *logits,
-                int threads) {
+ * them; cache_blocks: blocks per cache. Returns 0, or -1 (nothing computed, the cache
+ * possibly written) when this CPU lacks the instructions, a token, position, slot, block
+ * or length is out of range or memory runs out. */
+int decode_step(const Model *m, void *const *k_caches, void *const *v_caches,
+                int64_t cache_blocks, int rows, const int64_t *tokens,
+                const int64_t *positions, const int64_t *slots, const int64_t *tables,
+                const int64_t *lengths, int max_blocks, float *logits, int threads) {
 #ifdef HAVE_AVX2
     if (rows < 1 || rows > MAX_ROWS || threads < 1) return -1;
-    for (int r = 0; r < rows; r++)
+    for (int r = 0; r < rows; r++) {
         if (tokens[r] < 0 || tokens[r] >= m->vocab || positions[r] < 0 ||
-            positions[r] >= m->max_position)
+            positions[r] >= m->max_position || slots[r] < 0 || slots[r] >= cache_blocks * BLOCK)
             return -1;
+        for (int b = 0; b < max_blocks; b++)
+            if (tables[(int64_t)r * max_blocks + b] < 0 ||
+                tables[(int64_t)r * max_blocks + b] >= cache_blocks)
+                return -1;
+    }
     Scratch s;
     int status = -1;
     if (scratch_alloc(m, rows, &s)) {
@@ -443,7 +449,8 @@ int decode_step(const Model *m, void *const *k_caches, void *const *v_caches, in
     scratch_free(&s);
     return status;
 #else
-    (void)m, (void)k_caches, (void)v_caches, (void)rows, (void)tokens, (void)positions;
+    (void)m, (void)k_caches, (void)v_caches, (void)cache_blocks, (void)rows, (void)tokens;
+    (void)positions;
     (void)slots, (void)tables, (void)lengths, (void)max_blocks, (void)logits, (void)threads;
     return -1;
 #endif

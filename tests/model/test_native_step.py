@@ -120,6 +120,10 @@ def test_native_step_refuses_bad_input() -> None:
         step(*args, torch.tensor([10_000]), one, one, tables, torch.tensor([2]))
     with pytest.raises(RuntimeError, match="out of range"):  # a length beyond its table
         step(*args, one, one, one, tables, torch.tensor([17]))
+    with pytest.raises(RuntimeError, match="out of range"):  # a slot beyond the cache
+        step(*args, one, one, torch.tensor([4 * 16]), tables, torch.tensor([2]))
+    with pytest.raises(RuntimeError, match="out of range"):  # a block beyond the cache
+        step(*args, one, one, one, torch.tensor([[4]]), torch.tensor([2]))
     with pytest.raises(ValueError, match="1 to"):
         n = MAX_ROWS + 1
         step(*args, *(torch.ones(n, dtype=torch.long),) * 3, tables.repeat(n, 1), one.repeat(n))
