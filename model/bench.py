@@ -5,9 +5,9 @@ against HF static batches and HF single-stream; (c) time to first token of a lon
 cold and with its prefix cached; (d) the machine's memory read bandwidth and how close
 single-stream decode gets to the limit it sets (weight bytes read per token, in the form
 ours reads them: the native step's 4-bit/8-bit tiles, packed copies, or dense floats).
-Ours runs in its default dtype and weight format; HF runs in float32 (its default) and in
-bfloat16, and the ratios use whichever of the two is faster. Ours and the baseline run
-interleaved in one process, so machine noise hits both alike.
+Ours runs in its default dtype and weight format; HF runs in float32 (its default) and, where
+the hardware multiplies bfloat16, in bfloat16, and the ratios use whichever is faster. Ours
+and the baseline run interleaved in one process, so machine noise hits both alike.
 
     python -m model.bench [--quick] [--threads N] [--model PATH] [--json]
 """
@@ -27,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 from model.engine import LLMEngine
+from model.linear import cpu_has_bf16
 from model.loader import LoadedModel, load_model
 from model.params import SamplingParams
 
@@ -67,7 +68,7 @@ class BenchResult:
     weights: str  # "native" (the native decode step), "packed" (4-/8-bit copies) or "dense"
     threads: int
     single_ours_tps: float
-    # HF runs in float32 and in bfloat16; the ratios use its faster dtype (the *_hf_dtype).
+    # HF runs in float32 (and bfloat16 where fast); the ratios use its faster dtype.
     single_hf_by_dtype: dict[str, float]
     batch_requests: int
     batch_ours_tps: float
@@ -207,10 +208,14 @@ class EngineBench:
         self.engine = self.new_engine()
         self.device = self.engine.device
         self.dtype = self.engine.options.dtype
-        # HF's default float32, and bfloat16 (faster for it where matmul units take it).
+        # HF's default float32, and bfloat16 where the hardware multiplies it (elsewhere it is
+        # emulated, many times slower than float32: no baseline anyone would run).
+        dtypes = [torch.float32]
+        if self.device.type == "cuda" or cpu_has_bf16():
+            dtypes.append(torch.bfloat16)
         self.hf_models = {
             str(dtype).removeprefix("torch."): hf_model_from(loaded, self.device, dtype)
-            for dtype in (torch.float32, torch.bfloat16)
+            for dtype in dtypes
         }
         self.vocab = loaded.config.vocab_size
 
