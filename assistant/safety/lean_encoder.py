@@ -41,10 +41,13 @@ class _Linear:
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor, gelu: bool = False) -> None:
         self.bias, self.gelu = bias, gelu
+        # oneDNN packs bfloat16 only on CPUs that multiply it (elsewhere it raises); a forced
+        # bfloat16 encoder on another CPU runs plain products.
         self.packed = (
             weight.device.type == "cpu"
             and weight.dtype == torch.bfloat16
             and torch.backends.mkldnn.is_available()
+            and cpu_has_bf16()
         )
         self.weight = (
             torch.ops.mkldnn._reorder_linear_weight(weight, _PACK_ROWS) if self.packed else weight
