@@ -1,8 +1,11 @@
-"""The trained classifier head: a small MLP from embedding (+ flags) to class scores.
+"""The trained classifier head: a one-hidden-layer MLP from features to class scores.
 
-Weights live in `weights.npz` and the settings that go with them (classes, encoder
-layers, thresholds tuned on the validation split) in `weights.json`. Inference is numpy:
-a few microseconds next to the encoder.
+Features (`classifier.chunk_features`): the mean of the token states of the first 3 MiniLM
+layers (384), hashed character n-grams (4096) and two disguise flags. Out come softmax
+scores for "benign" and the eight categories; the unsafe score is 1 - P(benign). Weights
+live in `weights.npz` (float16) and the settings that go with them (classes, encoder layers,
+thresholds tuned on the validation split, training settings) in `weights.json`. Inference
+is one small product next to the encoder: microseconds.
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
-"""Train the classifier head: `python -m assistant.safety.train [--layers N] [--seed S]`.
+"""Train the classifier head: `python -m assistant.safety.train [--seed S] [--cv K]`.
 
-Reads data/train.jsonl and data/train_synth.jsonl (written by `assistant.safety.synth`),
-picks the refuse threshold on data/val.jsonl with the classifier as it is served, writes
-weights/ and prints the validation report. The held-out data/test.jsonl is not read here:
-it is an exam taken once, with `assistant safety eval`, after the weights are final.
-Same seed, same data -> same weights and threshold.
+Reads data/train.jsonl (hand-written) and data/train_synth.jsonl (written by
+`assistant.safety.synth`), fits the MLP head on the lean encoder's features, picks the
+refuse threshold on data/val.jsonl with the classifier as it is served, writes weights/ and
+prints the validation report. `--cv K` instead prints K-fold cross-validation on the
+hand-written examples: that is how the head's size and training length were chosen. The
+held-out data/test.jsonl is not read here: it is an exam taken once, with
+`assistant safety eval`, after the weights are final (the previous held-out split, seen too
+often, now sits in val.jsonl). Same seed, same data -> same weights and threshold.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from assistant.safety.dataset import DATA_DIR, Example, load_examples
 from assistant.safety.encoder import load_lean_encoder
 from assistant.safety.head import WEIGHTS_DIR, Head, Thresholds
 from assistant.safety.metrics import evaluate
-from assistant.safety.prepare import prepare
+from assistant.safety.ngrams import BUCKETS
+from assistant.safety.prepare import FLAG_NAMES, prepare
 from assistant.safety.result import CATEGORIES
 from assistant.settings import Settings
 
@@ -33,6 +37,11 @@ CLASSES = ["benign", *CATEGORIES]
 # this share of benign validation examples may be refused.
 MAX_VAL_FALSE_POSITIVES = 0.015
 BATCH = 32
+DROPOUT = 0.3
+# Chosen by 5-fold CV on train.jsonl (recall at 1.5% / 3% out-of-fold false positives):
+# 32 units x 150 epochs 0.628 / 0.710, 64 x 250 0.694 / 0.762, 128 x 300 0.676 / 0.761.
+HIDDEN = 64
+EPOCHS = 250
 
 
 def features(encoder, examples: list[Example]) -> np.ndarray:
@@ -57,33 +66,97 @@ def targets(examples: list[Example]) -> np.ndarray:
 def fit(
     x: np.ndarray, y: np.ndarray, hidden: int, epochs: int, seed: int, progress: bool = True
 ) -> dict[str, np.ndarray]:
-    """A one-hidden-layer MLP, full batch, class-balanced cross-entropy."""
+    """A one-hidden-layer MLP, full batch, class-balanced cross-entropy.
+
+    The n-gram block of the features is ~97% zeros, so it goes through the first layer as a
+    sparse matrix (dropout on its stored values): the same network, about ten times faster.
+    """
     import torch
 
     torch.manual_seed(seed)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    # A feature row is [embedding | n-grams | flags] (`chunk_features`).
+    lo = x.shape[1] - BUCKETS - len(FLAG_NAMES)
+    hi = lo + BUCKETS
+    dense = torch.from_numpy(np.hstack([x[:, :lo], x[:, hi:]]))
+    grams = torch.from_numpy(np.ascontiguousarray(x[:, lo:hi])).to_sparse_coo().coalesce()
+    yt = torch.from_numpy(y)
     counts = torch.bincount(yt, minlength=len(CLASSES)).clamp(min=1).float()
     weight = counts.sum() / (len(CLASSES) * counts)
-    net = torch.nn.Sequential(
-        torch.nn.Dropout(0.3),
-        torch.nn.Linear(x.shape[1], hidden),
-        torch.nn.ReLU(),
-        torch.nn.Dropout(0.3),
-        torch.nn.Linear(hidden, len(CLASSES)),
+    first_dense = torch.nn.Linear(dense.shape[1], hidden)
+    first_grams = torch.nn.Parameter(torch.empty(hi - lo, hidden))
+    torch.nn.init.kaiming_uniform_(first_grams.T, a=5**0.5)
+    second = torch.nn.Linear(hidden, len(CLASSES))
+    dropout = torch.nn.Dropout(DROPOUT)
+    optimiser = torch.optim.AdamW(
+        [*first_dense.parameters(), first_grams, *second.parameters()], lr=3e-3, weight_decay=0.1
     )
-    optimiser = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=0.1)
     loss_fn = torch.nn.CrossEntropyLoss(weight=weight, label_smoothing=0.1)
     for _ in tqdm(range(epochs), desc="train", file=sys.stderr, disable=not progress):
+        kept = grams.values() * (torch.rand_like(grams.values()) >= DROPOUT) / (1 - DROPOUT)
+        sparse = torch.sparse_coo_tensor(grams.indices(), kept, grams.shape, is_coalesced=True)
+        h = first_dense(dropout(dense)) + torch.sparse.mm(sparse, first_grams)
         optimiser.zero_grad()
-        loss_fn(net(xt), yt).backward()
+        loss_fn(second(dropout(torch.relu(h))), yt).backward()
         optimiser.step()
-    first, second = net[1], net[4]
+    w1 = first_dense.weight.detach().numpy().T
     return {
-        "w1": first.weight.detach().numpy().T.copy(),
-        "b1": first.bias.detach().numpy().copy(),
+        "w1": np.vstack([w1[:lo], first_grams.detach().numpy(), w1[lo:]]),
+        "b1": first_dense.bias.detach().numpy().copy(),
         "w2": second.weight.detach().numpy().T.copy(),
         "b2": second.bias.detach().numpy().copy(),
     }
+
+
+def predict(weights: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """P(unsafe) = 1 - P(benign) for feature rows, as `Head.probabilities` computes it."""
+    hidden = np.maximum(x @ weights["w1"] + weights["b1"], 0.0)
+    logits = hidden @ weights["w2"] + weights["b2"]
+    logits -= logits.max(axis=1, keepdims=True)
+    probs = np.exp(logits)
+    return 1.0 - probs[:, 0] / probs.sum(axis=1)
+
+
+def recall_at(scores: np.ndarray, is_unsafe: np.ndarray, budget: float) -> tuple[float, float]:
+    """(recall, threshold) for the lowest threshold refusing at most `budget` of benign."""
+    benign = np.sort(scores[~is_unsafe])[::-1]
+    allowed = int(np.floor(budget * len(benign)))
+    threshold = float(benign[allowed]) + 1e-6 if allowed < len(benign) else 0.0
+    return float(np.mean(scores[is_unsafe] >= threshold)), threshold
+
+
+def cross_validate(
+    hand: list[Example], x_hand: np.ndarray, x_synth: np.ndarray, y_synth: np.ndarray, args
+) -> None:
+    """k-fold CV over the hand-written examples; templated ones always stay in training.
+
+    Prints out-of-fold recall at 1.5% and 3% false positives, and recall per category at the
+    1.5% threshold. Folds are stratified by class and fixed (seed 0) whatever --seed is.
+    """
+    y = targets(hand)
+    fold = np.zeros(len(y), dtype=int)
+    rng = np.random.default_rng(0)
+    for c in range(len(CLASSES)):
+        members = rng.permutation(np.flatnonzero(y == c))
+        fold[members] = np.arange(len(members)) % args.cv
+    scores = np.zeros(len(y))
+    for k in tqdm(range(args.cv), desc="folds", file=sys.stderr):
+        train = fold != k
+        weights = fit(
+            np.vstack([x_hand[train], x_synth]),
+            np.concatenate([y[train], y_synth]),
+            args.hidden,
+            args.epochs,
+            args.seed,
+            progress=False,
+        )
+        scores[~train] = predict(weights, x_hand[~train])
+    unsafe = y > 0
+    r15, t15 = recall_at(scores, unsafe, 0.015)
+    r3, t3 = recall_at(scores, unsafe, 0.03)
+    print(f"{args.cv}-fold CV on {len(y)} hand-written examples (+{len(y_synth)} templated):")
+    print(f"recall at 1.5% FPR {r15:.3f} (threshold {t15:.3f}), at 3% FPR {r3:.3f} ({t3:.3f})")
+    for c, name in enumerate(CLASSES[1:], 1):
+        print(f"  {name:<18} recall {np.mean(scores[y == c] >= t15):.3f}")
 
 
 def tune(scores: np.ndarray, is_unsafe: np.ndarray) -> Thresholds:
@@ -111,9 +184,12 @@ def tune(scores: np.ndarray, is_unsafe: np.ndarray) -> Thresholds:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=3, help="encoder layers to keep (0 = all)")
-    parser.add_argument("--hidden", type=int, default=32)
-    parser.add_argument("--epochs", type=int, default=150)
+    parser.add_argument("--hidden", type=int, default=HIDDEN)
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument(
+        "--cv", type=int, default=0, help="only k-fold cross-validate on train.jsonl (k >= 2)"
+    )
     parser.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="where to write weights")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -123,9 +199,20 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     settings = Settings()
     encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers)
-    train = load_examples(DATA_DIR / "train.jsonl") + load_examples(DATA_DIR / "train_synth.jsonl")
+    hand = load_examples(DATA_DIR / "train.jsonl")
+    synth = load_examples(DATA_DIR / "train_synth.jsonl")
+    x_hand, x_synth = features(encoder, hand), features(encoder, synth)
+    if args.cv:
+        cross_validate(hand, x_hand, x_synth, targets(synth), args)
+        return 0
     val = load_examples(DATA_DIR / "val.jsonl")
-    weights = fit(features(encoder, train), targets(train), args.hidden, args.epochs, args.seed)
+    weights = fit(
+        np.vstack([x_hand, x_synth]),
+        targets(hand + synth),
+        args.hidden,
+        args.epochs,
+        args.seed,
+    )
     head = Head(CLASSES, args.layers, Thresholds(0.5, 0.25), **weights)
     head.meta = {"seed": args.seed, "hidden": args.hidden, "epochs": args.epochs}
     head.save(args.out)
