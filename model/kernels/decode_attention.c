@@ -12,7 +12,8 @@
  *   lengths       [D] int64 positions to attend to (the new token's included)
  *
  * bfloat16 with head_dim 64 on CPUs with AVX512-BF16 takes the intrinsics path (dot products
- * by vdpbf16ps, a vector exp); everything else the portable loops, which gcc vectorises.
+ * by vdpbf16ps, a vector exp), float32 with head_dim 64 on CPUs with AVX2 another (FMA dot
+ * products four positions at a time, a vector exp); everything else the portable loops.
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,6 +22,10 @@
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 #define HAVE_AVX512_BF16 1
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define HAVE_AVX2_FMA 1
 #endif
 
 #ifdef _OPENMP
@@ -259,6 +264,109 @@ static void head_bf16_avx512(const uint16_t *q, const uint16_t *k, const uint16_
 }
 #endif
 
+#ifdef HAVE_AVX2_FMA
+/* exp(x) for x <= 0, as exp512 but with 8 lanes: 2^n is put in the exponent bits directly
+ * (n >= -126 after the clamp, so the result stays a normal float). */
+static inline __m256 exp256(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
+    __m256 p = _mm256_set1_ps(1.f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+    const __m256i bits = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+static inline float sum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+static void softmax_rows256(float *scores, int64_t length, int group) {
+    for (int g = 0; g < group; g++) {
+        float *sg = scores + g * length, top = -INFINITY;
+        for (int64_t t = 0; t < length; t++) top = sg[t] > top ? sg[t] : top;
+        const __m256 vtop = _mm256_set1_ps(top);
+        __m256 vsum = _mm256_setzero_ps();
+        int64_t t = 0;
+        for (; t + 8 <= length; t += 8) {
+            const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sg + t), vtop));
+            _mm256_storeu_ps(sg + t, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        float sum = sum8(vsum);
+        for (; t < length; t++) {
+            sg[t] = expf(sg[t] - top);
+            sum += sg[t];
+        }
+        const float inv = 1.f / sum;
+        for (t = 0; t < length; t++) sg[t] *= inv;
+    }
+}
+
+/* q . k for 4 cache rows (same block) -> the 4 scores: the query stays in 8 registers. */
+static inline __m128 dot4_f32(const __m256 qg[8], const float *row, int64_t stride) {
+    __m256 a[4];
+    for (int i = 0; i < 4; i++, row += stride) {
+        __m256 s0 = _mm256_mul_ps(qg[0], _mm256_loadu_ps(row));
+        __m256 s1 = _mm256_mul_ps(qg[1], _mm256_loadu_ps(row + 8));
+        for (int c = 2; c < 8; c += 2) {
+            s0 = _mm256_fmadd_ps(qg[c], _mm256_loadu_ps(row + 8 * c), s0);
+            s1 = _mm256_fmadd_ps(qg[c + 1], _mm256_loadu_ps(row + 8 * c + 8), s1);
+        }
+        a[i] = _mm256_add_ps(s0, s1);
+    }
+    /* Pairwise adds leave row i's total in element i of each 128-bit half; add the halves. */
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* head_dim 64 in float32 with AVX2: scores four positions at a time, a vector exp, and
+ * the values summed into registers. */
+static void head_f32_avx2(const float *q, const float *k, const float *v, const int64_t *table,
+                          int64_t length, int n_kv, int h, int group, float scale,
+                          float *scores, float *acc) {
+    const int64_t stride = (int64_t)n_kv * 64;
+    for (int g = 0; g < group; g++) {
+        __m256 qg[8];
+        for (int c = 0; c < 8; c++)
+            qg[c] = _mm256_mul_ps(_mm256_loadu_ps(q + g * 64 + 8 * c), _mm256_set1_ps(scale));
+        float *sg = scores + g * length;
+        int64_t t = 0;
+        for (; t + 4 <= length; t += 4) /* 4 divides BLOCK: the rows share a block */
+            _mm_storeu_ps(sg + t, dot4_f32(qg, k + (table[t / BLOCK] * BLOCK + t % BLOCK) *
+                                                      stride + h * 64, stride));
+        for (; t < length; t++) {
+            const float *row = k + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;
+            __m256 s = _mm256_mul_ps(qg[0], _mm256_loadu_ps(row));
+            for (int c = 1; c < 8; c++) s = _mm256_fmadd_ps(qg[c], _mm256_loadu_ps(row + 8 * c), s);
+            sg[t] = sum8(s);
+        }
+    }
+    softmax_rows256(scores, length, group);
+    for (int g = 0; g < group; g++) {
+        const float *sg = scores + g * length;
+        __m256 o[8];
+        for (int c = 0; c < 8; c++) o[c] = _mm256_setzero_ps();
+        for (int64_t t = 0; t < length; t++) {
+            const float *row = v + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;
+            const __m256 p = _mm256_set1_ps(sg[t]);
+            for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(row + 8 * c), o[c]);
+        }
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(acc + g * 64 + 8 * c, o[c]);
+    }
+}
+#endif
+
 /* Returns 0, or -1 when a size is beyond the fixed buffers or a length is outside its block
  * table (nothing is read then). The
  * (sequence, KV head) pairs are shared among `n_threads` OpenMP threads when built with it. */
@@ -297,9 +405,15 @@ int NAME(const T *q, const T *k, const T *v, const int64_t *tables, const int64_
     return 0;                                                                                 \
 }
 
-static int no_fast_path(const float *q, const float *k, const float *v, const int64_t *table,
-                        int64_t length, int n_kv, int h, int hd, int group, float scale,
-                        float *scores, float *acc) {
+static int f32_fast_path(const float *q, const float *k, const float *v, const int64_t *table,
+                         int64_t length, int n_kv, int h, int hd, int group, float scale,
+                         float *scores, float *acc) {
+#ifdef HAVE_AVX2_FMA
+    if (hd == 64) {
+        head_f32_avx2(q, k, v, table, length, n_kv, h, group, scale, scores, acc);
+        return 1;
+    }
+#endif
     (void)q, (void)k, (void)v, (void)table, (void)length, (void)n_kv, (void)h, (void)hd;
     (void)group, (void)scale, (void)scores, (void)acc;
     return 0;
@@ -319,6 +433,6 @@ static int bf16_fast_path(const uint16_t *q, const uint16_t *k, const uint16_t *
     return 0;
 }
 
-DEFINE_ENTRY(decode_attention_f32, float, head_f32, IDENTITY, IDENTITY, no_fast_path)
+DEFINE_ENTRY(decode_attention_f32, float, head_f32, IDENTITY, IDENTITY, f32_fast_path)
 DEFINE_ENTRY(decode_attention_bf16, uint16_t, head_bf16, bf16_to_float, float_to_bf16,
              bf16_fast_path)
