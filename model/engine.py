@@ -92,7 +92,11 @@ WEIGHT_FORMATS = ("auto", "native", "packed", "dense")
 
 
 def weight_format_for(
-    requested: str, config: ModelConfig, device: torch.device, dtype: torch.dtype, q4: dict
+    requested: str,
+    config: ModelConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    q4: dict[str, Q4Groups],
 ) -> str:
     """The format the model is built with: "native", "packed" or "dense"."""
     if requested not in WEIGHT_FORMATS:

@@ -98,7 +98,7 @@ def projection(
     if q4 is not None and _int4_shape_ok(weight):
         proj.int4, proj.int4_scales = _pack_int4(q4, dtype)
     else:
-        proj.int8, proj.int8_scales = int8_rows(weight, dtype)
+        proj.int8, proj.int8_scales = _pack_int8(weight, dtype)
     return proj
 
 
@@ -116,7 +116,7 @@ def _pack_int4(q4: Q4Groups, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Te
     return packed, scales
 
 
-def int8_rows(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _pack_int8(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     # One scale per output row, rounded up to a value the compute dtype holds exactly (the
     # kernel takes scales in that dtype), so the codes are quantised against the scale used.
     scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127
