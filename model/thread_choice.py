@@ -4,9 +4,10 @@ A decode step is ~150 short parallel phases, each ending in a barrier. On a quie
 machine two threads make a step ~1.4x faster than one; while another process keeps a core
 busy, every barrier waits for the descheduled thread's next time slice and a 5 ms step takes
 a second (measured: median 750 ms with 2 threads against 6-13 ms with 1). Which one wins
-depends on the machine's load at the time, so it is measured, not guessed: each batch size
-keeps a running average step time per thread count, the faster is used, and the other is
-tried again now and then, less often each time it loses.
+depends on the machine's load at the time, so it is measured, not guessed: each range of
+batch sizes (1, 2, 3-4, 5-8, ...) keeps a running average time per sequence for each thread
+count, the faster is used, and the other is tried again now and then, less often each time
+it loses.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ SMOOTHING = 0.3  # weight of the newest step time in the running average
 
 @dataclass(slots=True)
 class _Choice:
-    average: dict[int, float] = field(default_factory=dict)  # seconds per step
+    average: dict[int, float] = field(default_factory=dict)  # seconds per sequence
     retry_in: int = FIRST_RETRY
     countdown: int = FIRST_RETRY
     trying: int | None = None  # the thread count being retried this step
@@ -34,7 +35,7 @@ class ThreadChoice:
         """Threads for a step of `rows` sequences, at most `most` (torch's thread count)."""
         if most <= 1:
             return 1
-        choice = self._by_rows.setdefault(rows, _Choice())
+        choice = self._by_rows.setdefault((rows - 1).bit_length(), _Choice())
         for threads in (1, most):
             if threads not in choice.average:
                 return threads
@@ -46,7 +47,8 @@ class ThreadChoice:
         return choice.trying
 
     def record(self, rows: int, threads: int, seconds: float) -> None:
-        choice = self._by_rows.setdefault(rows, _Choice())
+        choice = self._by_rows.setdefault((rows - 1).bit_length(), _Choice())
+        seconds /= rows
         old = choice.average.get(threads)
         # A retried count's old average is stale (the load it measured may be gone): the new
         # time replaces it. The count in use is smoothed over its recent steps.

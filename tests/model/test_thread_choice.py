@@ -36,8 +36,9 @@ def test_it_switches_when_the_load_changes() -> None:
     assert picked[-100:] == [2] * 100
 
 
-def test_batch_sizes_are_measured_apart() -> None:
+def test_batch_size_ranges_are_measured_apart() -> None:
     choice = ThreadChoice()
     run(choice, 20, {1: 0.010, 2: 0.020}, rows=1)
     run(choice, 20, {1: 0.040, 2: 0.020}, rows=8)
     assert choice.pick(1, 2) == 1 and choice.pick(8, 2) == 2
+    assert choice.pick(6, 2) == 2  # 5-8 sequences share what 8 measured
