@@ -2,6 +2,8 @@
 
 Prints p50/p95 in milliseconds for each torch thread count, measured in this run on the
 machine as it is (a shared machine gives noisy numbers: compare runs side by side).
+`--float32` also times the float32 encoder next to the served one (int8 on CPUs without
+bfloat16), in the same run.
 """
 
 from __future__ import annotations
@@ -35,25 +37,37 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument(
+        "--float32",
+        action="store_true",
+        help="also time the float32 encoder (baseline for the int8 one on CPUs without bf16)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from assistant.safety.classifier import shared_classifier
+    from assistant.safety.classifier import SafetyClassifier, shared_classifier
     from assistant.settings import Settings
 
-    classifier = shared_classifier(Settings().embedding_model_path(), "cpu")
+    path = Settings().embedding_model_path()
+    variants = {"served": shared_classifier(path, "cpu")}
+    if args.float32:
+        variants["float32"] = SafetyClassifier.load(path, "cpu", int8=False)
     texts = inputs(args.count)
     import torch
 
     for threads in args.threads:
         torch.set_num_threads(threads)
-        classifier.check_input(texts[0])
-        ms = []
-        for text in texts:
-            start = time.perf_counter()
-            classifier.check_input(text)
-            ms.append((time.perf_counter() - start) * 1000)
-        p50, p95 = np.percentile(ms, 50), np.percentile(ms, 95)
-        print(f"{LENGTH}-char input, {threads} thread(s): p50 {p50:.1f} ms  p95 {p95:.1f} ms")
+        for name, classifier in variants.items():
+            classifier.check_input(texts[0])
+            ms = []
+            for text in texts:
+                start = time.perf_counter()
+                classifier.check_input(text)
+                ms.append((time.perf_counter() - start) * 1000)
+            p50, p95 = np.percentile(ms, 50), np.percentile(ms, 95)
+            print(
+                f"{LENGTH}-char input, {threads} thread(s), {name}: "
+                f"p50 {p50:.1f} ms  p95 {p95:.1f} ms"
+            )
     return 0
 
 

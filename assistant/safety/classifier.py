@@ -1,4 +1,9 @@
-"""The input and output classifiers: rules + a trained head on sentence embeddings."""
+"""The input and output classifiers: rules + a trained head on sentence embeddings.
+
+The embeddings come from the first layers of MiniLM, fine-tuned together with the head
+(`assistant.safety.finetune`) when weights/ holds the tuned layers (`encoder` in
+weights.json), as token states pooled over each window of the text.
+"""
 
 from __future__ import annotations
 
@@ -38,12 +43,20 @@ class SafetyClassifier:
     """Thread-safe once built; build one per process with `SafetyClassifier.load()`."""
 
     def __init__(
-        self, head: Head, encoder_path: str, device: str | None = None, threads: int | None = 1
+        self,
+        head: Head,
+        encoder_path: str,
+        device: str | None = None,
+        threads: int | None = 1,
+        tuned: Path | None = None,
+        int8: bool | None = None,
     ) -> None:
         import torch
 
         self.head = head
-        self.encoder = load_lean_encoder(encoder_path, device, head.layers)
+        # `tuned`: the fine-tuned encoder layers the head was trained with (None: the model's);
+        # `int8`: int8 encoder products (None: where the CPU lacks bfloat16).
+        self.encoder = load_lean_encoder(encoder_path, device, head.layers, tuned, int8)
         # One torch thread (process-wide, set once: changing it per call rebuilds the thread
         # pool, which costs more than the check). On a shared CPU more threads mostly wait on
         # each other, and concurrent requests run in parallel anyway. None keeps torch's.
@@ -52,9 +65,15 @@ class SafetyClassifier:
 
     @classmethod
     def load(
-        cls, encoder_path: str, device: str | None = None, weights: Path = WEIGHTS_DIR
+        cls,
+        encoder_path: str,
+        device: str | None = None,
+        weights: Path = WEIGHTS_DIR,
+        int8: bool | None = None,
     ) -> SafetyClassifier:
-        return cls(Head.load(weights), encoder_path, device)
+        head = Head.load(weights)
+        tuned = weights / head.meta["encoder"] if head.meta.get("encoder") else None
+        return cls(head, encoder_path, device, tuned=tuned, int8=int8)
 
     def score(self, prepared: Prepared) -> Scores:
         return self.score_many([prepared])[0]

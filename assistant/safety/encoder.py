@@ -3,12 +3,15 @@
 One instance per process, loaded on first use under a lock so concurrent requests share
 it. The injection gate embeds whole sentences with it; the classifier reads token states of
 its first `layers` transformer layers through `LeanEncoder` (the heads are trained on
-whatever the encoder gives, and fewer layers are faster).
+whatever the encoder gives, and fewer layers are faster), with those layers fine-tuned for
+the classifier when the weights directory has them (the injection gate and retrieval keep
+the model's own).
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,7 +23,7 @@ if TYPE_CHECKING:
 
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, str, int], SentenceTransformer] = {}
-_LEAN: dict[tuple[str, str, int], LeanEncoder] = {}
+_LEAN: dict[tuple[str, str, int, str, bool], LeanEncoder] = {}
 
 
 def load_encoder(path: str, device: str | None = None, layers: int = 0) -> SentenceTransformer:
@@ -40,12 +43,28 @@ def load_encoder(path: str, device: str | None = None, layers: int = 0) -> Sente
         return _MODELS[key]
 
 
-def load_lean_encoder(path: str, device: str | None = None, layers: int = 0) -> LeanEncoder:
-    """The first `layers` layers of the shared encoder for `path`, ready for `embed_spans`."""
-    from assistant.safety.lean_encoder import LeanEncoder, compute_dtype
+def load_lean_encoder(
+    path: str,
+    device: str | None = None,
+    layers: int = 0,
+    tuned: Path | None = None,
+    int8: bool | None = None,
+) -> LeanEncoder:
+    """The first `layers` layers of the shared encoder for `path`, ready for `embed_spans`.
+
+    `tuned`: a safetensors file of fine-tuned layer weights to use instead of the model's.
+    `int8`: dynamic int8 linear layers; None decides by the hardware (`int8_pays`), and
+    training passes False (it needs the float32 network).
+    """
+    import torch
+
+    from assistant.safety.lean_encoder import LeanEncoder, compute_dtype, int8_pays
 
     model = load_encoder(path, device)
-    key = (path, str(model.device), layers)
+    quantise = int8_pays(model.device) if int8 is None else int8
+    # int8 products take float32 activations.
+    dtype = torch.float32 if quantise else compute_dtype(model.device)
+    key = (path, str(model.device), layers, str(tuned or ""), quantise)
     with _LOCK:
         if key not in _LEAN:
             lean = LeanEncoder(
@@ -53,11 +72,21 @@ def load_lean_encoder(path: str, device: str | None = None, layers: int = 0) -> 
                 model.tokenizer,
                 layers,
                 model.device,
-                compute_dtype(model.device),
+                dtype,
+                tuned=load_tuned(tuned) if tuned else None,
+                int8=quantise,
             )
             lean.warm_up(MAX_TOKENS)
             _LEAN[key] = lean
         return _LEAN[key]
+
+
+def load_tuned(path: Path) -> dict:
+    """Fine-tuned layer weights (float16 on disk) as float32 tensors by name."""
+    import torch
+    from safetensors.torch import load_file
+
+    return {name: t.to(torch.float32) for name, t in load_file(str(path)).items()}
 
 
 def embed(model: SentenceTransformer, texts: list[str]) -> np.ndarray:

@@ -4,8 +4,10 @@ Features (`classifier.chunk_features`): the mean of the token states of the firs
 layers (384), hashed character n-grams (4096) and two disguise flags. Out come softmax
 scores for "benign" and the eight categories; the unsafe score is 1 - P(benign). Weights
 live in `weights.npz` (float16) and the settings that go with them (classes, encoder layers,
-thresholds tuned on the validation split, training settings) in `weights.json`. Inference
-is one small product next to the encoder: microseconds.
+thresholds tuned on the validation split, training settings) in `weights.json`. When the
+encoder layers were fine-tuned with the head, `weights.json` names their file ("encoder",
+float16 safetensors next to it) and the classifier loads them in place of MiniLM's own.
+Inference is one small product next to the encoder: microseconds.
 """
 
 from __future__ import annotations

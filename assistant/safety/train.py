@@ -1,13 +1,15 @@
-"""Train the classifier head: `python -m assistant.safety.train [--seed S] [--cv K]`.
+"""Train the classifier: `python -m assistant.safety.train [--seed S] [--cv K]`.
 
 Reads data/train.jsonl (hand-written) and data/train_synth.jsonl (written by
-`assistant.safety.synth`), fits the MLP head on the lean encoder's features, picks the
-refuse threshold on data/val.jsonl with the classifier as it is served, writes weights/ and
-prints the validation report. `--cv K` instead prints K-fold cross-validation on the
-hand-written examples: that is how the head's size and training length were chosen. The
-held-out data/test.jsonl is not read here: it is an exam taken once, with
-`assistant safety eval`, after the weights are final (the previous held-out split, seen too
-often, now sits in val.jsonl). Same seed, same data -> same weights and threshold.
+`assistant.safety.synth`), fine-tunes the lean encoder's layers together with the MLP head
+(`finetune.py`; `--encoder-epochs 0` instead trains the head alone on the frozen encoder's
+features), picks the refuse threshold on data/val.jsonl with the classifier as it is
+served, writes weights/ (head, thresholds, tuned layers) and prints the validation report.
+`--cv K` instead prints K-fold cross-validation on the hand-written examples: that is how
+the head's size, the training lengths and fine-tuning itself were chosen. The held-out
+data/test.jsonl is not read here: it is an exam taken once, with `assistant safety eval`,
+after the weights are final (the previous held-out split, seen too often, now sits in
+val.jsonl). Same seed, same data, same --threads -> same weights and threshold.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +25,13 @@ from tqdm import tqdm
 
 from assistant.safety.classifier import SafetyClassifier, chunk_features
 from assistant.safety.dataset import DATA_DIR, Example, load_examples
-from assistant.safety.encoder import load_lean_encoder
+from assistant.safety.encoder import load_encoder, load_lean_encoder
+from assistant.safety.finetune import ENCODER_FILE, finetune, save_layers
 from assistant.safety.head import WEIGHTS_DIR, Head, Thresholds
+from assistant.safety.lean_encoder import LeanEncoder
 from assistant.safety.metrics import evaluate
 from assistant.safety.ngrams import BUCKETS
-from assistant.safety.prepare import FLAG_NAMES, prepare
+from assistant.safety.prepare import FLAG_NAMES, Prepared, prepare
 from assistant.safety.result import CATEGORIES
 from assistant.settings import Settings
 
@@ -43,14 +48,21 @@ DROPOUT = 0.3
 # With the 102 examples added since: 64 x 250 0.712 / 0.756, 64 x 400 0.673 / 0.758.
 HIDDEN = 64
 EPOCHS = 250
+# Epochs fine-tuning the encoder layers with the head (finetune.py); 0 keeps them frozen
+# and trains the head alone for EPOCHS full-batch epochs.
+ENCODER_EPOCHS = 4
 
 
-def features(encoder, examples: list[Example]) -> np.ndarray:
-    """One row per example (the whole text is one span), encoded in batches of similar length."""
-    prepared = [prepare(ex.text) for ex in tqdm(examples, desc="prepare", file=sys.stderr)]
+def prepare_all(examples: list[Example]) -> list[Prepared]:
+    return [prepare(ex.text) for ex in tqdm(examples, desc="prepare", file=sys.stderr)]
+
+
+def features(encoder, prepared: list[Prepared], progress: bool = True) -> np.ndarray:
+    """One row per text (the whole text is one span), encoded in batches of similar length."""
     order = sorted(range(len(prepared)), key=lambda i: len(prepared[i].text))
     rows: list[np.ndarray] = [np.empty(0)] * len(prepared)
-    for start in tqdm(range(0, len(order), BATCH), desc="encode", file=sys.stderr):
+    starts = range(0, len(order), BATCH)
+    for start in tqdm(starts, desc="encode", file=sys.stderr, disable=not progress):
         batch = [prepared[i] for i in order[start : start + BATCH]]
         spans = [[(0, len(p.text))] for p in batch]
         for i, row in zip(
@@ -126,12 +138,19 @@ def recall_at(scores: np.ndarray, is_unsafe: np.ndarray, budget: float) -> tuple
 
 
 def cross_validate(
-    hand: list[Example], x_hand: np.ndarray, x_synth: np.ndarray, y_synth: np.ndarray, args
+    settings: Settings,
+    hand: list[Example],
+    p_hand: list[Prepared],
+    p_synth: list[Prepared],
+    y_synth: np.ndarray,
+    args,
 ) -> None:
     """k-fold CV over the hand-written examples; templated ones always stay in training.
 
     Prints out-of-fold recall at 1.5% and 3% false positives, and recall per category at the
     1.5% threshold. Folds are stratified by class and fixed (seed 0) whatever --seed is.
+    With --encoder-epochs N each fold fine-tunes a fresh copy of the encoder layers with
+    its head; with 0 the frozen encoder's features are computed once and only heads train.
     """
     y = targets(hand)
     fold = np.zeros(len(y), dtype=int)
@@ -140,8 +159,24 @@ def cross_validate(
         members = rng.permutation(np.flatnonzero(y == c))
         fold[members] = np.arange(len(members)) % args.cv
     scores = np.zeros(len(y))
+    if not args.encoder_epochs:
+        encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers, int8=False)
+        x_hand, x_synth = features(encoder, p_hand), features(encoder, p_synth)
     for k in tqdm(range(args.cv), desc="folds", file=sys.stderr):
         train = fold != k
+        if args.encoder_epochs:
+            tuned = finetune(
+                fresh_encoder(settings, args.layers),
+                [p for p, t in zip(p_hand, train, strict=True) if t] + p_synth,
+                np.concatenate([y[train], y_synth]),
+                len(CLASSES),
+                args.hidden,
+                args.seed,
+                args.encoder_epochs,
+            )
+            held = [p for p, t in zip(p_hand, train, strict=True) if not t]
+            scores[~train] = predict(tuned.head, features(tuned.encoder, held, progress=False))
+            continue
         weights = fit(
             np.vstack([x_hand[train], x_synth]),
             np.concatenate([y[train], y_synth]),
@@ -154,10 +189,25 @@ def cross_validate(
     unsafe = y > 0
     r15, t15 = recall_at(scores, unsafe, 0.015)
     r3, t3 = recall_at(scores, unsafe, 0.03)
-    print(f"{args.cv}-fold CV on {len(y)} hand-written examples (+{len(y_synth)} templated):")
+    kind = f"encoder fine-tuned {args.encoder_epochs} epochs" if args.encoder_epochs else "frozen"
+    print(f"{args.cv}-fold CV on {len(y)} hand-written (+{len(y_synth)} templated), {kind}:")
     print(f"recall at 1.5% FPR {r15:.3f} (threshold {t15:.3f}), at 3% FPR {r3:.3f} ({t3:.3f})")
+    at90 = np.quantile(scores[unsafe], 0.10)
+    print(f"false positives at 90% recall {np.mean(scores[~unsafe] >= at90):.3f}")
+    if args.save_scores:
+        np.save(args.save_scores, scores)
     for c, name in enumerate(CLASSES[1:], 1):
         print(f"  {name:<18} recall {np.mean(scores[y == c] >= t15):.3f}")
+
+
+def fresh_encoder(settings: Settings, layers: int) -> LeanEncoder:
+    """A float32 copy of the model's first layers, to be fine-tuned in place."""
+    import torch
+
+    model = load_encoder(settings.embedding_model_path(), "cpu")
+    return LeanEncoder(
+        model[0].auto_model, model.tokenizer, layers, torch.device("cpu"), torch.float32
+    )
 
 
 def tune(scores: np.ndarray, is_unsafe: np.ndarray) -> Thresholds:
@@ -186,39 +236,65 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=3, help="encoder layers to keep (0 = all)")
     parser.add_argument("--hidden", type=int, default=HIDDEN)
-    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help="head epochs (frozen encoder)")
+    parser.add_argument(
+        "--encoder-epochs",
+        type=int,
+        default=ENCODER_EPOCHS,
+        help="epochs fine-tuning the encoder layers with the head (0 = frozen encoder)",
+    )
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument(
         "--cv", type=int, default=0, help="only k-fold cross-validate on train.jsonl (k >= 2)"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for training")
+    parser.add_argument(
+        "--save-scores", type=Path, help="with --cv: save out-of-fold scores (.npy)"
     )
     parser.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="where to write weights")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    # One thread: reproducible, and faster than two on a shared machine.
-    torch.set_num_threads(1)
+    # Same seed and thread count -> same weights.
+    torch.set_num_threads(args.threads)
     settings = Settings()
-    encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers)
     hand = load_examples(DATA_DIR / "train.jsonl")
     synth = load_examples(DATA_DIR / "train_synth.jsonl")
-    x_hand, x_synth = features(encoder, hand), features(encoder, synth)
+    p_hand, p_synth = prepare_all(hand), prepare_all(synth)
     if args.cv:
-        cross_validate(hand, x_hand, x_synth, targets(synth), args)
+        cross_validate(settings, hand, p_hand, p_synth, targets(synth), args)
         return 0
     val = load_examples(DATA_DIR / "val.jsonl")
-    weights = fit(
-        np.vstack([x_hand, x_synth]),
-        targets(hand + synth),
-        args.hidden,
-        args.epochs,
-        args.seed,
-    )
+    y = targets(hand + synth)
+    meta = {"seed": args.seed, "hidden": args.hidden, "threads": args.threads}
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.encoder_epochs:
+        start = time.perf_counter()
+        tuned = finetune(
+            fresh_encoder(settings, args.layers),
+            p_hand + p_synth,
+            y,
+            len(CLASSES),
+            args.hidden,
+            args.seed,
+            args.encoder_epochs,
+        )
+        save_layers(tuned.encoder, args.out / ENCODER_FILE)
+        weights = tuned.head
+        meta |= {"encoder": ENCODER_FILE, "encoder_epochs": args.encoder_epochs}
+        print(f"fine-tuned in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    else:
+        (args.out / ENCODER_FILE).unlink(missing_ok=True)
+        encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers, int8=False)
+        x = np.vstack([features(encoder, p_hand), features(encoder, p_synth)])
+        weights = fit(x, y, args.hidden, args.epochs, args.seed)
+        meta["epochs"] = args.epochs
     head = Head(CLASSES, args.layers, Thresholds(0.5, 0.25), **weights)
-    head.meta = {"seed": args.seed, "hidden": args.hidden, "epochs": args.epochs}
+    head.meta = meta
     head.save(args.out)
-    # The threshold comes from the classifier as it is served (float16 weights, bfloat16
-    # encoder where the CPU has it, long texts read in windows), not from training features.
+    # The threshold comes from the classifier as it is served (float16 weights, bfloat16 or
+    # int8 encoder as the CPU suits, long texts read in windows), not from training features.
     classifier = SafetyClassifier.load(settings.embedding_model_path(), "cpu", args.out)
     scores = np.array([s.unsafe for s in classifier.score_many([prepare(e.text) for e in val])])
     head.thresholds = classifier.head.thresholds = tune(

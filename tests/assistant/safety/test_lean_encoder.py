@@ -70,3 +70,52 @@ def test_compute_dtype_follows_the_hardware() -> None:
     native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
     expected = torch.bfloat16 if native else torch.float32
     assert compute_dtype(torch.device("cpu")) == expected
+
+
+def test_int8_states_stay_close_to_float32(model) -> None:
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        pytest.skip("this torch has no fbgemm int8 kernels")
+    bert = model[0].auto_model
+    exact = LeanEncoder(bert, model.tokenizer, 3, torch.device("cpu"), torch.float32)
+    int8 = LeanEncoder(bert, model.tokenizer, 3, torch.device("cpu"), torch.float32, int8=True)
+    assert all(layer.up.int8 for layer in int8.layers)
+    batch = model.tokenizer(TEXTS, padding=True, return_tensors="pt")
+    mask = batch["attention_mask"]
+    a = exact(batch["input_ids"], mask)
+    b = int8(batch["input_ids"], mask)
+    assert cosines(a, b, mask).min() > 0.97
+    # What the head reads: the mean of a text's token states.
+    mean_a, mean_b = [(s * mask[..., None]).sum(1) / mask.sum(1, keepdim=True) for s in (a, b)]
+    assert torch.nn.functional.cosine_similarity(mean_a, mean_b).min() > 0.995
+    # Not the same numbers: the int8 products are really in use.
+    assert (a - b).abs().max() > 1e-4
+
+
+def test_tuned_weights_replace_the_models(model) -> None:
+    bert = model[0].auto_model
+    base = LeanEncoder(bert, model.tokenizer, 3, torch.device("cpu"), torch.float32)
+    tuned = {name: t * 1.01 for name, t in base.tensors().items() if name.startswith("2.")}
+    lean = LeanEncoder(bert, model.tokenizer, 3, torch.device("cpu"), torch.float32, tuned)
+    got = lean.tensors()
+    assert torch.equal(got["2.up.weight"], tuned["2.up.weight"])
+    assert torch.equal(got["0.up.weight"], base.tensors()["0.up.weight"])
+    batch = model.tokenizer(TEXTS, padding=True, return_tensors="pt")
+    assert not torch.allclose(
+        lean(batch["input_ids"], batch["attention_mask"]),
+        base(batch["input_ids"], batch["attention_mask"]),
+    )
+    # The layers are copies: the shared model's own weights are untouched.
+    first = bert.encoder.layer[0].intermediate.dense.weight
+    base.tensors()["0.up.weight"].add_(1.0)
+    assert not torch.equal(base.tensors()["0.up.weight"], first)
+
+
+def test_forward_is_differentiable_and_matches_the_served_call(model) -> None:
+    lean = LeanEncoder(model[0].auto_model, model.tokenizer, 3, torch.device("cpu"), torch.float32)
+    batch = model.tokenizer(TEXTS, padding=True, return_tensors="pt")
+    served = lean(batch["input_ids"], batch["attention_mask"])
+    weight = lean.tensors()["1.qkv.weight"].requires_grad_(True)
+    states = lean.forward(batch["input_ids"], batch["attention_mask"])
+    assert (states.detach() - served).abs().max() < 1e-4
+    states.sum().backward()
+    assert weight.grad is not None and weight.grad.abs().sum() > 0

@@ -1,0 +1,35 @@
+"""The int8 encoder (served on CPUs without bfloat16) decides as the float32 one does."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+
+from assistant.safety.classifier import SafetyClassifier  # noqa: E402
+from assistant.safety.dataset import DATA_DIR, load_examples  # noqa: E402
+from assistant.settings import Settings  # noqa: E402
+
+
+@pytest.mark.skipif(
+    "fbgemm" not in torch.backends.quantized.supported_engines, reason="no fbgemm int8 kernels"
+)
+def test_int8_and_float32_classifiers_agree_on_validation() -> None:
+    path = Settings().embedding_model_path()
+    exact = SafetyClassifier.load(path, "cpu", int8=False)
+    int8 = SafetyClassifier.load(path, "cpu", int8=True)
+    assert exact.encoder is not int8.encoder
+    texts = [ex.text for ex in load_examples(DATA_DIR / "val.jsonl")]
+    a, b = exact.check_inputs(texts), int8.check_inputs(texts)
+    labels = sum(x.label == y.label for x, y in zip(a, b, strict=True)) / len(texts)
+    decisions = sum(x.decision == y.decision for x, y in zip(a, b, strict=True)) / len(texts)
+    assert labels >= 0.99 and decisions >= 0.97, (labels, decisions)
+    gap = max(
+        abs(x.categories[c] - y.categories[c])
+        for x, y in zip(a, b, strict=True)
+        for c in x.categories
+    )
+    assert gap < 0.25
