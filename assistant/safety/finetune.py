@@ -25,12 +25,13 @@ from assistant.safety.lean_encoder import LeanEncoder
 from assistant.safety.ngrams import ngram_features
 from assistant.safety.prepare import Prepared
 
-# Chosen a priori (standard BERT fine-tuning settings, scaled to ~5,000 short examples)
-# and checked by 5-fold CV against the frozen encoder (train.py records the numbers).
+# Standard BERT fine-tuning settings, scaled to ~5,000 short examples. 5-fold CV against
+# the frozen encoder did not favour fine-tuning with them (train.py records the numbers).
 EPOCHS = 4
 BATCH = 32
 ENCODER_LR = 3e-5
 HEAD_LR = 1e-3
+WARM_HEAD_LR = 1e-4  # for a head that starts trained
 ENCODER_DROPOUT = 0.1
 HEAD_DROPOUT = 0.3  # as the frozen head's training uses
 WARMUP = 0.1  # share of the steps with a rising learning rate
@@ -53,8 +54,14 @@ def finetune(
     seed: int,
     epochs: int = EPOCHS,
     progress: bool = True,
+    head: dict[str, np.ndarray] | None = None,
 ) -> Tuned:
-    """Train `encoder`'s layers (a fresh float32 copy: they change in place) and a new head."""
+    """Train `encoder`'s layers (a fresh float32 copy: they change in place) with a head.
+
+    `head`: start from this head (trained on the frozen encoder's features) and move it at
+    the encoder's small rate, instead of a new head at HEAD_LR: tuning the layers under a
+    head that already fits keeps more of what the pretrained features know.
+    """
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     layers = list(encoder.tensors().values())
@@ -66,6 +73,12 @@ def finetune(
     )
     width = encoder.word.shape[1] + side.shape[1]
     first, second = torch.nn.Linear(width, hidden), torch.nn.Linear(hidden, classes)
+    if head is not None:
+        with torch.no_grad():
+            first.weight.copy_(torch.from_numpy(head["w1"].T))
+            first.bias.copy_(torch.from_numpy(head["b1"]))
+            second.weight.copy_(torch.from_numpy(head["w2"].T))
+            second.bias.copy_(torch.from_numpy(head["b2"]))
     yt = torch.from_numpy(y)
     counts = torch.bincount(yt, minlength=classes).clamp(min=1).float()
     loss_fn = torch.nn.CrossEntropyLoss(
@@ -76,7 +89,7 @@ def finetune(
             {"params": layers, "lr": ENCODER_LR, "weight_decay": 0.01},
             {
                 "params": [*first.parameters(), *second.parameters()],
-                "lr": HEAD_LR,
+                "lr": HEAD_LR if head is None else WARM_HEAD_LR,
                 "weight_decay": 0.1,
             },
         ]
@@ -105,13 +118,13 @@ def finetune(
     bar.close()
     for t in layers:
         t.requires_grad_(False)
-    head = {
+    weights = {
         "w1": first.weight.detach().numpy().T.copy(),
         "b1": first.bias.detach().numpy().copy(),
         "w2": second.weight.detach().numpy().T.copy(),
         "b2": second.bias.detach().numpy().copy(),
     }
-    return Tuned(encoder, head)
+    return Tuned(encoder, weights)
 
 
 def pool(encoder: LeanEncoder, texts: list[str], dropout: float = 0.0) -> torch.Tensor:

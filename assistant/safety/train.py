@@ -1,10 +1,11 @@
 """Train the classifier: `python -m assistant.safety.train [--seed S] [--cv K]`.
 
 Reads data/train.jsonl (hand-written) and data/train_synth.jsonl (written by
-`assistant.safety.synth`), fine-tunes the lean encoder's layers together with the MLP head
-(`finetune.py`; `--encoder-epochs 0` instead trains the head alone on the frozen encoder's
-features), picks the refuse threshold on data/val.jsonl with the classifier as it is
-served, writes weights/ (head, thresholds, tuned layers) and prints the validation report.
+`assistant.safety.synth`), trains the MLP head on the frozen lean encoder's features
+(`--encoder-epochs N` instead fine-tunes the encoder layers together with the head,
+`finetune.py`; CV did not favour it, see ENCODER_EPOCHS), picks the refuse threshold on
+data/val.jsonl with the classifier as it is served, writes weights/ (head, thresholds,
+tuned layers if any) and prints the validation report.
 `--cv K` instead prints K-fold cross-validation on the hand-written examples: that is how
 the head's size, the training lengths and fine-tuning itself were chosen. The held-out
 data/test.jsonl is not read here: it is an exam taken once, with `assistant safety eval`,
@@ -49,8 +50,11 @@ DROPOUT = 0.3
 HIDDEN = 64
 EPOCHS = 250
 # Epochs fine-tuning the encoder layers with the head (finetune.py); 0 keeps them frozen
-# and trains the head alone for EPOCHS full-batch epochs.
-ENCODER_EPOCHS = 4
+# and trains the head alone for EPOCHS full-batch epochs. Frozen, by 5-fold CV on the 2,468
+# hand-written examples (same folds; recall at 1.5% / 3% out-of-fold false positives, false
+# positives at 90% recall): frozen 3 layers 0.704 / 0.764, 11.0%; fine-tuned 4 epochs with a
+# new head, 3 layers 0.507 / 0.580, 24.6%; 2 layers 0.463 / 0.511, 30.2%.
+ENCODER_EPOCHS = 0
 
 
 def prepare_all(examples: list[Example]) -> list[Prepared]:
@@ -159,11 +163,21 @@ def cross_validate(
         members = rng.permutation(np.flatnonzero(y == c))
         fold[members] = np.arange(len(members)) % args.cv
     scores = np.zeros(len(y))
-    if not args.encoder_epochs:
+    if not args.encoder_epochs or args.warm_head:
         encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers, int8=False)
         x_hand, x_synth = features(encoder, p_hand), features(encoder, p_synth)
     for k in tqdm(range(args.cv), desc="folds", file=sys.stderr):
         train = fold != k
+        start = None
+        if not args.encoder_epochs or args.warm_head:
+            start = fit(
+                np.vstack([x_hand[train], x_synth]),
+                np.concatenate([y[train], y_synth]),
+                args.hidden,
+                args.epochs,
+                args.seed,
+                progress=False,
+            )
         if args.encoder_epochs:
             tuned = finetune(
                 fresh_encoder(settings, args.layers),
@@ -173,23 +187,17 @@ def cross_validate(
                 args.hidden,
                 args.seed,
                 args.encoder_epochs,
+                head=start,
             )
             held = [p for p, t in zip(p_hand, train, strict=True) if not t]
             scores[~train] = predict(tuned.head, features(tuned.encoder, held, progress=False))
             continue
-        weights = fit(
-            np.vstack([x_hand[train], x_synth]),
-            np.concatenate([y[train], y_synth]),
-            args.hidden,
-            args.epochs,
-            args.seed,
-            progress=False,
-        )
-        scores[~train] = predict(weights, x_hand[~train])
+        scores[~train] = predict(start, x_hand[~train])
     unsafe = y > 0
     r15, t15 = recall_at(scores, unsafe, 0.015)
     r3, t3 = recall_at(scores, unsafe, 0.03)
     kind = f"encoder fine-tuned {args.encoder_epochs} epochs" if args.encoder_epochs else "frozen"
+    kind += ", head trained first on frozen features" if args.warm_head else ""
     print(f"{args.cv}-fold CV on {len(y)} hand-written (+{len(y_synth)} templated), {kind}:")
     print(f"recall at 1.5% FPR {r15:.3f} (threshold {t15:.3f}), at 3% FPR {r3:.3f} ({t3:.3f})")
     at90 = np.quantile(scores[unsafe], 0.10)
@@ -243,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         default=ENCODER_EPOCHS,
         help="epochs fine-tuning the encoder layers with the head (0 = frozen encoder)",
     )
+    parser.add_argument(
+        "--warm-head",
+        action="store_true",
+        help="fine-tune from a head first trained on the frozen features (with --encoder-epochs)",
+    )
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument(
         "--cv", type=int, default=0, help="only k-fold cross-validate on train.jsonl (k >= 2)"
@@ -269,8 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     y = targets(hand + synth)
     meta = {"seed": args.seed, "hidden": args.hidden, "threads": args.threads}
     args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    first = None
+    if not args.encoder_epochs or args.warm_head:
+        encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers, int8=False)
+        x = np.vstack([features(encoder, p_hand), features(encoder, p_synth)])
+        first = fit(x, y, args.hidden, args.epochs, args.seed)
+        meta["epochs"] = args.epochs
     if args.encoder_epochs:
-        start = time.perf_counter()
         tuned = finetune(
             fresh_encoder(settings, args.layers),
             p_hand + p_synth,
@@ -279,17 +298,19 @@ def main(argv: list[str] | None = None) -> int:
             args.hidden,
             args.seed,
             args.encoder_epochs,
+            head=first,
         )
         save_layers(tuned.encoder, args.out / ENCODER_FILE)
         weights = tuned.head
-        meta |= {"encoder": ENCODER_FILE, "encoder_epochs": args.encoder_epochs}
-        print(f"fine-tuned in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        meta |= {
+            "encoder": ENCODER_FILE,
+            "encoder_epochs": args.encoder_epochs,
+            "warm_head": args.warm_head,
+        }
     else:
         (args.out / ENCODER_FILE).unlink(missing_ok=True)
-        encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers, int8=False)
-        x = np.vstack([features(encoder, p_hand), features(encoder, p_synth)])
-        weights = fit(x, y, args.hidden, args.epochs, args.seed)
-        meta["epochs"] = args.epochs
+        weights = first
+    print(f"trained in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     head = Head(CLASSES, args.layers, Thresholds(0.5, 0.25), **weights)
     head.meta = meta
     head.save(args.out)

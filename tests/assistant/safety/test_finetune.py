@@ -75,3 +75,21 @@ def test_saved_layers_load_back_as_float16_values(model, tmp_path) -> None:
     for name, t in encoder.tensors().items():
         assert loaded[name].dtype == torch.float32
         assert torch.equal(loaded[name], t.half().float()), name
+
+
+def test_a_warm_head_is_moved_only_a_little(model, sample) -> None:
+    prepared, y = sample
+    start = finetune(fresh(model), prepared, y, len(CLASSES), 16, seed=3, epochs=1, progress=False)
+    warm = finetune(
+        fresh(model),
+        prepared,
+        y,
+        len(CLASSES),
+        16,
+        seed=4,
+        epochs=1,
+        progress=False,
+        head=start.head,
+    )
+    change = np.abs(warm.head["w1"] - start.head["w1"]).max()
+    assert 0 < change < 1e-2
