@@ -249,6 +249,10 @@ static void share(int64_t tiles, int64_t *t0, int64_t *t1) {
 }
 
 static void q4_matmul(const Q4Matrix *w, int rows, const Quantised *x, float *y, int threads) {
+    if (threads == 1) { /* no parallel region to open and close ~150 times a step */
+        q4_tiles(w, rows, x, y, 0, w->out / TILE);
+        return;
+    }
 #pragma omp parallel num_threads(threads)
     {
         int64_t t0, t1;
@@ -258,6 +262,10 @@ static void q4_matmul(const Q4Matrix *w, int rows, const Quantised *x, float *y,
 }
 
 static void q8_matmul(const Q8Matrix *w, int rows, const Quantised *x, float *y, int threads) {
+    if (threads == 1) {
+        q8_tiles(w, rows, x, y, 0, w->out / TILE);
+        return;
+    }
 #pragma omp parallel num_threads(threads)
     {
         int64_t t0, t1;
