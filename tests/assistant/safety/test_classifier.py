@@ -93,7 +93,9 @@ def test_held_out_split_does_not_regress(classifier) -> None:
     # A regression guard, not the target (recall >= 0.95 at <= 3% false positives),
     # which is NOT met. This split was written separately from the training and validation
     # data; the committed head, chosen on validation alone, reaches recall 0.868 and 9.7%
-    # false positives on it (validation said 0.939 and 1.0%): the floor is that, less a margin.
+    # false positives on it with the float32 encoder, 0.865 and 8.6% with the int8 one used
+    # on CPUs without bfloat16 (validation said 0.939 and 1.0%): the floor is that, less a
+    # margin.
     examples = load_examples(DATA_DIR / "test.jsonl")
     report = score(examples, classifier.check_inputs([ex.text for ex in examples]))
     assert report.recall_unsafe >= 0.84, report.format()
