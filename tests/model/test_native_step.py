@@ -35,7 +35,8 @@ def quantise_q4_1(weight: torch.Tensor) -> tuple[Q4Groups, torch.Tensor]:
     return Q4Groups(codes.to(torch.uint8).view(rows, cols), scale, low), values.view(rows, cols)
 
 
-def tiny_q4_model(kind: str, dtype: torch.dtype, seed: int = 0) -> LlamaModel:
+def tiny_q4_weights(kind: str, dtype: torch.dtype, seed: int):
+    """A tiny model's config, float weights and Q4 codes (skips where the step cannot run)."""
     hf = tiny_hf_model(kind, vocab=256, layers=2, seed=seed)
     config = our_config(hf)
     weights = {k: v.detach().float() for k, v in hf.state_dict().items()}
@@ -46,6 +47,11 @@ def tiny_q4_model(kind: str, dtype: torch.dtype, seed: int = 0) -> LlamaModel:
                 q4[name], weights[name] = quantise_q4_1(weights[name])
     if not native_step_supported(config, dtype, CPU, q4):
         pytest.skip("the native step needs a CPU with AVX2 and a C compiler")
+    return config, weights, q4
+
+
+def tiny_q4_model(kind: str, dtype: torch.dtype, seed: int = 0) -> LlamaModel:
+    config, weights, q4 = tiny_q4_weights(kind, dtype, seed)
     return LlamaModel(config, weights, CPU, dtype, q4, native=True)
 
 
@@ -134,16 +140,7 @@ def test_native_step_refuses_bad_input() -> None:
 def test_engine_output_does_not_depend_on_the_batch() -> None:
     """Through the engine, requests joining while others decode (steps that mix prefill
     chunks with native decodes) get the tokens each gets alone."""
-    hf = tiny_hf_model(vocab=256, layers=2, seed=2)
-    config = our_config(hf)
-    weights = {k: v.detach().float() for k, v in hf.state_dict().items()}
-    q4 = {}
-    for i in range(config.num_hidden_layers):
-        for names in layer_matrix_names(config, i).values():
-            for name in names:
-                q4[name], weights[name] = quantise_q4_1(weights[name])
-    if not native_step_supported(config, torch.float32, CPU, q4):
-        pytest.skip("the native step needs a CPU with AVX2 and a C compiler")
+    config, weights, q4 = tiny_q4_weights("llama", torch.float32, seed=2)
     engine = LLMEngine(config, weights, device="cpu", dtype=torch.float32, q4=q4, num_blocks=64)
     assert engine.weight_format == "native" and engine.model.native_step is not None
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
