@@ -103,7 +103,9 @@ def weight_format_for(
         raise ValueError(
             f"weight_format must be one of {', '.join(WEIGHT_FORMATS)}, not {requested!r}."
         )
-    native = native_step_supported(config, dtype, device, q4)
+    if requested == "dense":  # nothing to check (and no kernel to build)
+        return requested
+    native = requested in ("auto", "native") and native_step_supported(config, dtype, device, q4)
     packed = packed_kernels_available(device, dtype)
     if requested == "native" and not native:
         raise ValueError(
