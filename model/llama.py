@@ -20,12 +20,11 @@ from model.native import decode_attention, decode_attention_available
 from model.native_step import LayerSource, NativeStep, layer_matrix_names
 
 BLOCK_SIZE = 16
-# Up to how many decoding sequences a step runs as one native call (model/native_step.py).
-# Its cost grows ~4 ms per sequence (integer products); the dense matmul's grows little. In
-# float32 the native step still won at 32 sequences (290 against 570 ms a step, 1 thread);
-# where bfloat16 matmuls run on AMX (~45 ms for a 32-row step) it wins for a few rows only.
-NATIVE_MAX_ROWS = 64
-NATIVE_MAX_ROWS_BESIDE_AMX = 4
+# Where bfloat16 matmuls run on AMX (~45 ms for a 32-row step) the native step
+# (model/native_step.py, integer products at ~4 ms per row there) wins for a few decoding
+# rows only: up to this many decodes go native, prompt chunks through torch. Elsewhere every
+# token of every step goes native, prompt chunks included.
+NATIVE_DECODES_BESIDE_AMX = 4
 
 
 def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
@@ -92,6 +91,10 @@ class AttentionBatch:
     # and [D] context lengths (the new token's included), read straight from the cache.
     decode_tables: torch.Tensor | None = None
     decode_lengths: torch.Tensor | None = None
+    # For the native step: every token's sequence's block table [T, max_blocks] and the
+    # positions it attends to [T] (its own included: position + 1).
+    row_tables: torch.Tensor | None = None
+    row_lengths: torch.Tensor | None = None
 
 
 @dataclass(slots=True)
@@ -204,7 +207,7 @@ class LlamaModel:
     ) -> None:
         """`q4`: the file's 4-bit codes by HF name; `packed`: also keep packed copies of the
         projections for few-row products (see model/linear.py; bfloat16 on the CPU only);
-        `native`: run decode-only steps as one native call (model/native_step.py; the caller
+        `native`: run steps as one native call (model/native_step.py; the caller
         checked `native_step_supported`)."""
         self.config = config
         self.device = device
@@ -226,8 +229,8 @@ class LlamaModel:
         ]
         self._init_rope()
         self.native_step = self._native_step(src) if native else None
-        amx = packed_kernels_available(device, dtype)
-        self.native_max_rows = NATIVE_MAX_ROWS_BESIDE_AMX if amx else NATIVE_MAX_ROWS
+        # Prompt chunks go native too, except beside AMX (see NATIVE_DECODES_BESIDE_AMX).
+        self.native_prefill = not packed_kernels_available(device, dtype)
 
     def _init_rope(self) -> None:
         # Tables computed once in float64 then cast: cos/sin for every position, both halves.
@@ -299,25 +302,28 @@ class LlamaModel:
         cache: KVCache,
         logits_indices: torch.Tensor,
     ) -> torch.Tensor:
-        d = batch.num_decodes
+        def native(rows: slice, wanted: torch.Tensor) -> torch.Tensor:
+            return self.native_step(
+                cache.keys,
+                cache.values,
+                input_ids[rows],
+                positions[rows],
+                batch.slot_mapping[rows],
+                batch.row_tables[rows],
+                batch.row_lengths[rows],
+                wanted,
+            )
+
+        if self.native_prefill or not batch.prefills:
+            return native(slice(None), logits_indices)
         # Decodes go native even beside prefill chunks: each token then takes the same path
         # whatever else is in the step, and a request's output does not depend on its batch.
-        decoded = self.native_step(
-            cache.keys,
-            cache.values,
-            input_ids[:d],
-            positions[:d],
-            batch.slot_mapping[:d],
-            batch.decode_tables,
-            batch.decode_lengths,
-        )
-        if not batch.prefills:
-            return decoded[logits_indices]
+        d = batch.num_decodes
         spans = tuple(replace(span, start=span.start - d) for span in batch.prefills)
         rest = AttentionBatch(slot_mapping=batch.slot_mapping[d:], prefills=spans)
         of_prefills = logits_indices >= d
-        out = decoded.new_empty(len(logits_indices), decoded.shape[1])
-        out[~of_prefills] = decoded[logits_indices[~of_prefills]]
+        out = torch.empty(len(logits_indices), self.config.vocab_size, dtype=torch.float32)
+        out[~of_prefills] = native(slice(0, d), logits_indices[~of_prefills])
         out[of_prefills] = self._torch_forward(
             input_ids[d:], positions[d:], rest, cache, logits_indices[of_prefills] - d
         )
@@ -347,12 +353,10 @@ class LlamaModel:
         return self.lm_head(x).float()
 
     def _native_serves(self, batch: AttentionBatch) -> bool:
-        """Whether the step's decodes (up to `native_max_rows`) run as one native call."""
-        return (
-            self.native_step is not None
-            and batch.decode_tables is not None
-            and 1 <= batch.num_decodes <= self.native_max_rows
-        )
+        """Whether the step runs as one native call (its decodes only, beside AMX)."""
+        if self.native_step is None or batch.row_tables is None:
+            return False
+        return self.native_prefill or 1 <= batch.num_decodes <= NATIVE_DECODES_BESIDE_AMX
 
     def _attention(
         self,

@@ -26,7 +26,10 @@ log = logging.getLogger(__name__)
 KERNEL_DIR = Path(__file__).parent / "kernels"
 # Reassociation lets gcc vectorise the portable loops' dot products (a strict left-to-right
 # float sum cannot be); none of these flags assumes finite values (the softmax uses -inf).
-FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros"]
+# ASSISTANT_KERNEL_MARCH builds for an older instruction set than this CPU's (e.g. "haswell":
+# AVX2 only), to run the kernels' other paths here.
+MARCH = "-march=" + (os.environ.get("ASSISTANT_KERNEL_MARCH") or "native")
+FLAGS = ["-O3", MARCH, "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros"]
 FLAGS += ["-fno-trapping-math", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
 _build_lock = threading.Lock()
 

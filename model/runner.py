@@ -67,14 +67,17 @@ class ModelRunner:
         batch = AttentionBatch(
             slot_mapping=self._tensor(slots), prefills=tuple(spans), num_decodes=len(decodes)
         )
-        if decodes and self.model.native_decode:
+        position_tensor = self._tensor(positions)
+        if self.model.native_step is not None:
+            self._add_row_tables(batch, ordered, position_tensor)
+        elif decodes and self.model.native_decode:
             self._add_decode_tables(batch, decodes)
         elif decodes:
             self._add_decode_context(batch, decodes)
         else:
             self._context_seqs = []
         logits = self.model.forward(
-            self._tensor(ids), self._tensor(positions), batch, self.cache, self._tensor(logits_rows)
+            self._tensor(ids), position_tensor, batch, self.cache, self._tensor(logits_rows)
         )
         return logits, sampled
 
@@ -100,6 +103,20 @@ class ModelRunner:
         lengths = [s.num_computed_tokens + 1 for s in seqs]
         batch.decode_tables = _block_tables(seqs, -(-max(lengths) // BLOCK_SIZE))
         batch.decode_lengths = torch.tensor(lengths, dtype=torch.long)
+
+    def _add_row_tables(
+        self, batch: AttentionBatch, entries: list[ScheduledSeq], positions: torch.Tensor
+    ) -> None:
+        """Each token's block table and attended length, for the native step; the decodes'
+        rows double as the native decode-attention kernel's tables (torch path)."""
+        ends = [e.seq.num_computed_tokens + e.num_new_tokens for e in entries]
+        tables = _block_tables([e.seq for e in entries], -(-max(ends) // BLOCK_SIZE))
+        counts = torch.tensor([e.num_new_tokens for e in entries])
+        batch.row_tables = tables.repeat_interleave(counts, dim=0)
+        batch.row_lengths = positions + 1
+        if batch.num_decodes:
+            batch.decode_tables = batch.row_tables[: batch.num_decodes]
+            batch.decode_lengths = batch.row_lengths[: batch.num_decodes]
 
     def _add_decode_context(self, batch: AttentionBatch, decodes: list[ScheduledSeq]) -> None:
         seqs = [d.seq for d in decodes]

@@ -12,8 +12,9 @@
  *   lengths       [D] int64 positions to attend to (the new token's included)
  *
  * bfloat16 with head_dim 64 on CPUs with AVX512-BF16 takes the intrinsics path (dot products
- * by vdpbf16ps, a vector exp), float32 with head_dim 64 on CPUs with AVX2 another (FMA dot
- * products four positions at a time, a vector exp); everything else the portable loops.
+ * by vdpbf16ps, a vector exp); float32 or bfloat16 with head_dim 64 on other CPUs with AVX2
+ * another (FMA dot products four positions at a time, bfloat16 widened as it is read, a
+ * vector exp); everything else the portable loops.
  */
 #include <math.h>
 #include <stdint.h>
@@ -313,58 +314,70 @@ static void softmax_rows256(float *scores, int64_t length, int group) {
     }
 }
 
-/* q . k for 4 cache rows (same block) -> the 4 scores: the query stays in 8 registers. */
-static inline __m128 dot4_f32(const __m256 qg[8], const float *row, int64_t stride) {
-    __m256 a[4];
-    for (int i = 0; i < 4; i++, row += stride) {
-        __m256 s0 = _mm256_mul_ps(qg[0], _mm256_loadu_ps(row));
-        __m256 s1 = _mm256_mul_ps(qg[1], _mm256_loadu_ps(row + 8));
-        for (int c = 2; c < 8; c += 2) {
-            s0 = _mm256_fmadd_ps(qg[c], _mm256_loadu_ps(row + 8 * c), s0);
-            s1 = _mm256_fmadd_ps(qg[c + 1], _mm256_loadu_ps(row + 8 * c + 8), s1);
-        }
-        a[i] = _mm256_add_ps(s0, s1);
-    }
-    /* Pairwise adds leave row i's total in element i of each 128-bit half; add the halves. */
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+/* 8 values of a cache row as float32: stored so, or bfloat16 (the float's high half). */
+static inline __m256 load8_f32(const float *p) { return _mm256_loadu_ps(p); }
+static inline __m256 load8_bf16(const uint16_t *p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
 
-/* head_dim 64 in float32 with AVX2: scores four positions at a time, a vector exp, and
- * the values summed into registers. */
-static void head_f32_avx2(const float *q, const float *k, const float *v, const int64_t *table,
-                          int64_t length, int n_kv, int h, int group, float scale,
-                          float *scores, float *acc) {
-    const int64_t stride = (int64_t)n_kv * 64;
-    for (int g = 0; g < group; g++) {
-        __m256 qg[8];
-        for (int c = 0; c < 8; c++)
-            qg[c] = _mm256_mul_ps(_mm256_loadu_ps(q + g * 64 + 8 * c), _mm256_set1_ps(scale));
-        float *sg = scores + g * length;
-        int64_t t = 0;
-        for (; t + 4 <= length; t += 4) /* 4 divides BLOCK: the rows share a block */
-            _mm_storeu_ps(sg + t, dot4_f32(qg, k + (table[t / BLOCK] * BLOCK + t % BLOCK) *
-                                                      stride + h * 64, stride));
-        for (; t < length; t++) {
-            const float *row = k + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;
-            __m256 s = _mm256_mul_ps(qg[0], _mm256_loadu_ps(row));
-            for (int c = 1; c < 8; c++) s = _mm256_fmadd_ps(qg[c], _mm256_loadu_ps(row + 8 * c), s);
-            sg[t] = sum8(s);
-        }
-    }
-    softmax_rows256(scores, length, group);
-    for (int g = 0; g < group; g++) {
-        const float *sg = scores + g * length;
-        __m256 o[8];
-        for (int c = 0; c < 8; c++) o[c] = _mm256_setzero_ps();
-        for (int64_t t = 0; t < length; t++) {
-            const float *row = v + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;
-            const __m256 p = _mm256_set1_ps(sg[t]);
-            for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(row + 8 * c), o[c]);
-        }
-        for (int c = 0; c < 8; c++) _mm256_storeu_ps(acc + g * 64 + 8 * c, o[c]);
-    }
+/* head_dim 64 with AVX2, the cache in float32 or bfloat16 (converted as it is read): scores
+ * four positions at a time, a vector exp, and the values summed into registers.
+ * DOT4: q . k for 4 cache rows (same block) -> the 4 scores; the query stays in 8
+ * registers. */
+#define DEFINE_AVX2_HEAD(SUFFIX, T, LOAD8)                                                    \
+static inline __m128 dot4_##SUFFIX(const __m256 qg[8], const T *row, int64_t stride) {       \
+    __m256 a[4];                                                                              \
+    for (int i = 0; i < 4; i++, row += stride) {                                              \
+        __m256 s0 = _mm256_mul_ps(qg[0], LOAD8(row));                                         \
+        __m256 s1 = _mm256_mul_ps(qg[1], LOAD8(row + 8));                                     \
+        for (int c = 2; c < 8; c += 2) {                                                      \
+            s0 = _mm256_fmadd_ps(qg[c], LOAD8(row + 8 * c), s0);                              \
+            s1 = _mm256_fmadd_ps(qg[c + 1], LOAD8(row + 8 * c + 8), s1);                      \
+        }                                                                                     \
+        a[i] = _mm256_add_ps(s0, s1);                                                         \
+    }                                                                                         \
+    /* Pairwise adds leave row i's total in element i of each 128-bit half. */                \
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));  \
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));                \
+}                                                                                             \
+                                                                                              \
+static void head_##SUFFIX##_avx2(const T *q, const T *k, const T *v, const int64_t *table,    \
+                                 int64_t length, int n_kv, int h, int group, float scale,     \
+                                 float *scores, float *acc) {                                 \
+    const int64_t stride = (int64_t)n_kv * 64;                                                \
+    for (int g = 0; g < group; g++) {                                                         \
+        __m256 qg[8];                                                                         \
+        for (int c = 0; c < 8; c++)                                                           \
+            qg[c] = _mm256_mul_ps(LOAD8(q + g * 64 + 8 * c), _mm256_set1_ps(scale));          \
+        float *sg = scores + g * length;                                                      \
+        int64_t t = 0;                                                                        \
+        for (; t + 4 <= length; t += 4) /* 4 divides BLOCK: the rows share a block */         \
+            _mm_storeu_ps(sg + t, dot4_##SUFFIX(qg, k + (table[t / BLOCK] * BLOCK + t % BLOCK) * \
+                                                         stride + h * 64, stride));           \
+        for (; t < length; t++) {                                                             \
+            const T *row = k + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;      \
+            __m256 s = _mm256_mul_ps(qg[0], LOAD8(row));                                      \
+            for (int c = 1; c < 8; c++) s = _mm256_fmadd_ps(qg[c], LOAD8(row + 8 * c), s);    \
+            sg[t] = sum8(s);                                                                  \
+        }                                                                                     \
+    }                                                                                         \
+    softmax_rows256(scores, length, group);                                                   \
+    for (int g = 0; g < group; g++) {                                                         \
+        const float *sg = scores + g * length;                                                \
+        __m256 o[8];                                                                          \
+        for (int c = 0; c < 8; c++) o[c] = _mm256_setzero_ps();                               \
+        for (int64_t t = 0; t < length; t++) {                                                \
+            const T *row = v + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;      \
+            const __m256 p = _mm256_set1_ps(sg[t]);                                           \
+            for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(p, LOAD8(row + 8 * c), o[c]);  \
+        }                                                                                     \
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(acc + g * 64 + 8 * c, o[c]);             \
+    }                                                                                         \
 }
+
+DEFINE_AVX2_HEAD(f32, float, load8_f32)
+DEFINE_AVX2_HEAD(bf16, uint16_t, load8_bf16)
 #endif
 
 /* Returns 0, or -1 when a size is beyond the fixed buffers or a length is outside its block
@@ -425,6 +438,11 @@ static int bf16_fast_path(const uint16_t *q, const uint16_t *k, const uint16_t *
 #ifdef HAVE_AVX512_BF16
     if (hd == 64) {
         head_bf16_avx512(q, k, v, table, length, n_kv, h, group, scale, scores, acc);
+        return 1;
+    }
+#elif defined(HAVE_AVX2_FMA)
+    if (hd == 64) { /* no bfloat16 dot products: converted to float32 as read */
+        head_bf16_avx2(q, k, v, table, length, n_kv, h, group, scale, scores, acc);
         return 1;
     }
 #endif

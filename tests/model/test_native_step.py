@@ -1,4 +1,4 @@
-"""The native decode step (model/native_step.py) against the PyTorch path on the same weights.
+"""The native step (model/native_step.py) against the PyTorch path on the same weights.
 
 Tiny random models get their layer matrices quantised to Q4_1 in the test, and the float
 weights replaced by the dequantised values, so both paths multiply the same weights; the
@@ -115,6 +115,62 @@ def test_native_step_is_batch_invariant() -> None:
         assert torch.equal(decode(runner, [s], native=True)[0], together[i])
 
 
+def prefill_logits(model: LlamaModel, prompts: list[list[int]], chunk: int, native: bool):
+    """Each prompt's last-position logits when all are prefilled together, `chunk` tokens of
+    each a step (a chunk of one token is a decode), and the cache they leave."""
+    runner = ModelRunner(model, model.new_cache(64))
+    seqs = [
+        Sequence(f"s{i}", p, max_tokens=8, block_table=list(range(8 * i + 7, 8 * i - 1, -1)))
+        for i, p in enumerate(prompts)
+    ]
+    kept, model.native_step = model.native_step, model.native_step if native else None
+    out = {}
+    try:
+        while todo := [s for s in seqs if s.num_computed_tokens < s.num_tokens]:
+            entries = [
+                ScheduledSeq(s, min(chunk, s.num_tokens - s.num_computed_tokens)) for s in todo
+            ]
+            logits, sampled = runner.run(entries)
+            out.update((e.seq.request_id, row) for e, row in zip(sampled, logits, strict=True))
+            for e in entries:
+                e.seq.num_computed_tokens += e.num_new_tokens
+    finally:
+        model.native_step = kept
+    return torch.stack([out[s.request_id] for s in seqs]), runner.cache
+
+
+def random_prompts(lengths: list[int], vocab: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(n)] for n in lengths]
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_native_prefill_matches_the_torch_path(kind, dtype) -> None:
+    model = tiny_q4_model(kind, dtype, seed=4)
+    prompts = random_prompts([2, 19, 70, 33], model.config.vocab_size, seed=5)
+    want, _ = prefill_logits(model, prompts, chunk=1000, native=False)
+    scale = want.abs().max()
+    for chunk in (1000, 16, 5):
+        got, _ = prefill_logits(model, prompts, chunk=chunk, native=True)
+        assert (got - want).abs().max() <= 0.03 * scale, (chunk, (got - want).abs().max(), scale)
+
+
+def test_native_prefill_does_not_depend_on_chunks_or_batch() -> None:
+    """A token's numbers depend on its own sequence alone: one chunk, many, token by token
+    (decodes), alone or beside other prompts, the same logits and the same cache."""
+    model = tiny_q4_model("llama", torch.float32, seed=6)
+    prompts = random_prompts([45, 3, 28], model.config.vocab_size, seed=7)
+    whole, whole_cache = prefill_logits(model, prompts, chunk=1000, native=True)
+    for chunk in (13, 1):
+        logits, cache = prefill_logits(model, prompts, chunk=chunk, native=True)
+        assert torch.equal(logits, whole), chunk
+        assert all(torch.equal(a, b) for a, b in zip(cache.keys, whole_cache.keys, strict=True))
+    for i, prompt in enumerate(prompts):
+        alone, _ = prefill_logits(model, [prompt], chunk=10, native=True)
+        assert torch.equal(alone[0], whole[i])
+
+
 def test_native_step_refuses_bad_input() -> None:
     model = tiny_q4_model("llama", torch.float32)
     step = model.native_step
@@ -130,6 +186,8 @@ def test_native_step_refuses_bad_input() -> None:
         step(*args, one, one, torch.tensor([4 * 16]), tables, torch.tensor([2]))
     with pytest.raises(RuntimeError, match="out of range"):  # a block beyond the cache
         step(*args, one, one, one, torch.tensor([[4]]), torch.tensor([2]))
+    with pytest.raises(RuntimeError, match="out of range"):  # logits of a row not there
+        step(*args, one, one, one, tables, torch.tensor([2]), torch.tensor([1]))
     with pytest.raises(ValueError, match="1 to"):
         n = MAX_ROWS + 1
         step(*args, *(torch.ones(n, dtype=torch.long),) * 3, tables.repeat(n, 1), one.repeat(n))

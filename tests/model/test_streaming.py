@@ -68,11 +68,20 @@ def references(llm) -> dict[str, list[Delta]]:
 
 
 def spanning_stop(pieces: list[str], index: int) -> str:
-    """A stop string that starts inside piece `index` and ends inside a later piece."""
-    while len(pieces[index]) < 2 or not "".join(pieces[index + 1 : index + 3]):
-        index += 1
-    after = "".join(pieces[index + 1 : index + 3])
-    return pieces[index][-2:] + after[:3]
+    """A stop string that starts inside the first piece from `index` on that has two
+    characters (else in the first non-empty one: Chinese text can be all one-character
+    pieces and pieces of a split character) and ends inside a later piece."""
+
+    def start(shortest: int) -> int | None:
+        for i in range(index, len(pieces)):
+            if len(pieces[i]) >= shortest and "".join(pieces[i + 1 : i + 3]):
+                return i
+        return None
+
+    i = start(2)
+    i = start(1) if i is None else i
+    after = "".join(pieces[i + 1 : i + 3])
+    return pieces[i][-2:] + after[:3]
 
 
 def assert_streamed_prefixes(deltas: list[Delta], final: str) -> None:
