@@ -26,8 +26,8 @@
  * Weights are laid out in tiles of TILE output rows (8 for AVX2, 16 for AVX-512), so one
  * register holds 4 codes of each of the tile's rows and a broadcast of 4 activation bytes
  * multiplies all of them: every 32-bit lane accumulates its own output row, and no
- * horizontal sums are needed. Both instruction sets do the same float operations in the
- * same order per output row, so they give the same results.
+ * horizontal sums are needed. The products' integer sums are exact and both instruction
+ * sets apply the scales in the same order per output row.
  *
  * Q4 tile, per (TILE rows, group of 32 inputs), TILE * 20 bytes in memory order:
  *   4 x TILE * 4 bytes of codes: register k, lane r, byte b holds code[r][4k + b] in its
@@ -65,13 +65,13 @@
 #define MAX_ROWS 8192
 
 typedef struct {
-    const uint8_t *tiles; /* [out / 8][in / 32][160] */
+    const uint8_t *tiles; /* [out / TILE][in / 32][Q4_TILE_BYTES] */
     const float *bias;    /* [out] or NULL */
     int64_t in, out;
 } Q4Matrix;
 
 typedef struct {
-    const int8_t *tiles; /* [out / 8][in / 32][272] */
+    const int8_t *tiles; /* [out / TILE][in / 32][Q8_TILE_BYTES] */
     int64_t in, out;
 } Q8Matrix;
 
