@@ -358,31 +358,24 @@ static void share(int64_t tiles, int64_t *t0, int64_t *t1) {
     *t1 = tiles * (i + 1) / n;
 }
 
-static void q4_matmul(const Q4Matrix *w, int rows, const Quantised *x, float *y, int threads) {
-    if (threads == 1) { /* no parallel region to open and close ~150 times a step */
-        q4_tiles(w, rows, x, y, 0, w->out / TILE);
-        return;
-    }
-#pragma omp parallel num_threads(threads)
-    {
-        int64_t t0, t1;
-        share(w->out / TILE, &t0, &t1);
-        q4_tiles(w, rows, x, y, t0, t1);
-    }
+/* All the tiles of a matrix, shared among `threads` (one thread: no parallel region to
+ * open and close ~150 times a step). */
+#define DEFINE_MATMUL(NAME, MATRIX, TILES_FN)                                                \
+static void NAME(const MATRIX *w, int rows, const Quantised *x, float *y, int threads) {    \
+    if (threads == 1) {                                                                     \
+        TILES_FN(w, rows, x, y, 0, w->out / TILE);                                          \
+        return;                                                                             \
+    }                                                                                       \
+    _Pragma("omp parallel num_threads(threads)")                                            \
+    {                                                                                       \
+        int64_t t0, t1;                                                                     \
+        share(w->out / TILE, &t0, &t1);                                                     \
+        TILES_FN(w, rows, x, y, t0, t1);                                                    \
+    }                                                                                       \
 }
 
-static void q8_matmul(const Q8Matrix *w, int rows, const Quantised *x, float *y, int threads) {
-    if (threads == 1) {
-        q8_tiles(w, rows, x, y, 0, w->out / TILE);
-        return;
-    }
-#pragma omp parallel num_threads(threads)
-    {
-        int64_t t0, t1;
-        share(w->out / TILE, &t0, &t1);
-        q8_tiles(w, rows, x, y, t0, t1);
-    }
-}
+DEFINE_MATMUL(q4_matmul, Q4Matrix, q4_tiles)
+DEFINE_MATMUL(q8_matmul, Q8Matrix, q8_tiles)
 
 /* out = SiLU(gate) * up, 8 at a time (a prompt chunk makes this millions of exps):
  * sigmoid(g) from e = exp(-|g|), which exp256 takes (x <= 0): 1 / (1 + e) for g >= 0,
