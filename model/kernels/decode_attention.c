@@ -13,8 +13,10 @@
  *
  * bfloat16 with head_dim 64 on CPUs with AVX512-BF16 takes the intrinsics path (dot products
  * by vdpbf16ps, a vector exp); float32 or bfloat16 with head_dim 64 on other CPUs with AVX2
- * another (FMA dot products four positions at a time, bfloat16 widened as it is read, a
- * vector exp); everything else the portable loops.
+ * another (FMA dot products four positions at a time, each key row read once for a group's
+ * heads and for consecutive rows of one prompt chunk, bfloat16 widened as it is read, a
+ * vector exp); everything else the portable loops. Rows of a prompt chunk are rows here
+ * too, each with its own length (causal attention).
  */
 #include <math.h>
 #include <stdint.h>
@@ -39,6 +41,8 @@
 #define BLOCK 16
 #define MAX_HEAD_DIM 256
 #define MAX_GROUP 16
+/* Query vectors (heads of a group, rows of a run) scored in one pass over the keys. */
+#define FUSED 6
 
 static inline float bf16_to_float(uint16_t b) {
     uint32_t u = (uint32_t)b << 16;
@@ -120,7 +124,9 @@ static inline __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-static void softmax_rows512(float *scores, int64_t length, int group) {
+/* exp(s - max) over each head's row of scores, in place; inv[g] = 1 / that row's sum, which
+ * the value pass applies once to its sums instead of to every weight. */
+static void softmax_rows512(float *scores, int64_t length, int group, float *inv) {
     for (int g = 0; g < group; g++) {
         float *sg = scores + g * length;
         __m512 vmax = _mm512_set1_ps(-INFINITY);
@@ -140,8 +146,7 @@ static void softmax_rows512(float *scores, int64_t length, int group) {
             sg[t] = expf(sg[t] - top);
             sum += sg[t];
         }
-        const float inv = 1.f / sum;
-        for (t = 0; t < length; t++) sg[t] *= inv;
+        inv[g] = 1.f / sum;
     }
 }
 
@@ -187,7 +192,7 @@ static inline void prefetch_block(const uint16_t *cache, const int64_t *table, i
  * used by all G heads. Inlined with G a constant, so acc stays in registers. */
 static inline __attribute__((always_inline)) void values_pass(
     const int G, const uint16_t *v, const int64_t *table, int64_t length, int64_t stride, int h,
-    int64_t n_blocks, const float *scores, float *acc) {
+    int64_t n_blocks, const float *scores, const float *inv, float *acc) {
     __m512 a[6][4];
     for (int g = 0; g < G; g++)
         for (int i = 0; i < 4; i++) a[g][i] = _mm512_setzero_ps();
@@ -205,7 +210,9 @@ static inline __attribute__((always_inline)) void values_pass(
         }
     }
     for (int g = 0; g < G; g++)
-        for (int i = 0; i < 4; i++) _mm512_storeu_ps(acc + g * 64 + 16 * i, a[g][i]);
+        for (int i = 0; i < 4; i++)
+            _mm512_storeu_ps(acc + g * 64 + 16 * i,
+                             _mm512_mul_ps(a[g][i], _mm512_set1_ps(inv[g])));
 }
 
 /* head_dim 64: a row is two 32-lane bf16 vectors; q.k is two vdpbf16ps. */
@@ -247,20 +254,21 @@ static void head_bf16_avx512(const uint16_t *q, const uint16_t *k, const uint16_
             scores[g * length + t] = _mm512_reduce_add_ps(s) * scale;
         }
     }
-    softmax_rows512(scores, length, group);
+    float inv[MAX_GROUP];
+    softmax_rows512(scores, length, group, inv);
     prefetch_block(v, table, 0, n_blocks, stride, h);
     prefetch_block(v, table, 1, n_blocks, stride, h);
     switch (group) { /* a constant group size keeps every accumulator in a register */
-    case 1: values_pass(1, v, table, length, stride, h, n_blocks, scores, acc); break;
-    case 2: values_pass(2, v, table, length, stride, h, n_blocks, scores, acc); break;
-    case 3: values_pass(3, v, table, length, stride, h, n_blocks, scores, acc); break;
-    case 4: values_pass(4, v, table, length, stride, h, n_blocks, scores, acc); break;
-    case 5: values_pass(5, v, table, length, stride, h, n_blocks, scores, acc); break;
-    case 6: values_pass(6, v, table, length, stride, h, n_blocks, scores, acc); break;
+    case 1: values_pass(1, v, table, length, stride, h, n_blocks, scores, inv, acc); break;
+    case 2: values_pass(2, v, table, length, stride, h, n_blocks, scores, inv, acc); break;
+    case 3: values_pass(3, v, table, length, stride, h, n_blocks, scores, inv, acc); break;
+    case 4: values_pass(4, v, table, length, stride, h, n_blocks, scores, inv, acc); break;
+    case 5: values_pass(5, v, table, length, stride, h, n_blocks, scores, inv, acc); break;
+    case 6: values_pass(6, v, table, length, stride, h, n_blocks, scores, inv, acc); break;
     default:
         for (int g = 0; g < group; g++)
             values_pass(1, v, table, length, stride, h, n_blocks, scores + g * length,
-                        acc + g * 64);
+                        inv + g, acc + g * 64);
     }
 }
 #endif
@@ -292,26 +300,29 @@ static inline float sum8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
 }
 
-static void softmax_rows256(float *scores, int64_t length, int group) {
-    for (int g = 0; g < group; g++) {
-        float *sg = scores + g * length, top = -INFINITY;
-        for (int64_t t = 0; t < length; t++) top = sg[t] > top ? sg[t] : top;
-        const __m256 vtop = _mm256_set1_ps(top);
-        __m256 vsum = _mm256_setzero_ps();
-        int64_t t = 0;
-        for (; t + 8 <= length; t += 8) {
-            const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sg + t), vtop));
-            _mm256_storeu_ps(sg + t, e);
-            vsum = _mm256_add_ps(vsum, e);
-        }
-        float sum = sum8(vsum);
-        for (; t < length; t++) {
-            sg[t] = expf(sg[t] - top);
-            sum += sg[t];
-        }
-        const float inv = 1.f / sum;
-        for (t = 0; t < length; t++) sg[t] *= inv;
+/* exp(s - max) over one row of scores, in place; returns 1 / their sum, which the value
+ * pass applies once to its sums instead of to every weight. */
+static float softmax_row256(float *sg, int64_t length) {
+    __m256 vtop = _mm256_set1_ps(-INFINITY);
+    int64_t t = 0;
+    for (; t + 8 <= length; t += 8) vtop = _mm256_max_ps(vtop, _mm256_loadu_ps(sg + t));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vtop), _mm256_extractf128_ps(vtop, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    float top = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    for (; t < length; t++) top = sg[t] > top ? sg[t] : top;
+    vtop = _mm256_set1_ps(top);
+    __m256 vsum = _mm256_setzero_ps();
+    for (t = 0; t + 8 <= length; t += 8) {
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sg + t), vtop));
+        _mm256_storeu_ps(sg + t, e);
+        vsum = _mm256_add_ps(vsum, e);
     }
+    float sum = sum8(vsum);
+    for (; t < length; t++) {
+        sg[t] = expf(sg[t] - top);
+        sum += sg[t];
+    }
+    return 1.f / sum;
 }
 
 /* 8 values of a cache row as float32: stored so, or bfloat16 (the float's high half). */
@@ -321,25 +332,83 @@ static inline __m256 load8_bf16(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
 
-/* head_dim 64 with AVX2, the cache in float32 or bfloat16 (converted as it is read): scores
- * four positions at a time, a vector exp, and the values summed into registers.
- * DOT4: q . k for 4 cache rows (same block) -> the 4 scores; the query stays in 8
- * registers. */
+/* head_dim 64 with AVX2, the cache in float32 or bfloat16 (converted as it is read), for a
+ * run of `rows` query rows (one row, or consecutive rows of one prompt chunk: same block
+ * table, each attending to one position more than the row before) and the `group` query
+ * heads of KV head h:
+ * - scores: every query of the run against each K row, the row loaded (and widened) once for
+ *   up to FUSED queries (the group's heads, and the run's rows over the positions they all
+ *   attend to). Per (query, position) the arithmetic is fixed: dot4's for positions below
+ *   the row's length rounded down to 4, the single-row formula after. So a row's scores, and
+ *   everything after, do not depend on the rows it ran beside: a token's output is the same
+ *   whatever the batch and however its prompt was chunked.
+ * - a vector exp softmax per (row, head), then each row's values summed into registers, each
+ *   value row loaded once for up to 3 heads. */
 #define DEFINE_AVX2_HEAD(SUFFIX, T, LOAD8)                                                    \
-static inline __m128 dot4_##SUFFIX(const __m256 qg[8], const T *row, int64_t stride) {       \
-    __m256 a[4];                                                                              \
+/* n queries (scaled, qs[n][64]) . 4 cache rows of one block -> out[j][t .. t + 3]. */        \
+static inline __attribute__((always_inline)) void dot4_##SUFFIX(                              \
+    const float *qs, const int n, const T *row, int64_t stride, float *const *out,            \
+    int64_t t) {                                                                              \
+    __m256 a[FUSED][4];                                                                       \
     for (int i = 0; i < 4; i++, row += stride) {                                              \
-        __m256 s0 = _mm256_mul_ps(qg[0], LOAD8(row));                                         \
-        __m256 s1 = _mm256_mul_ps(qg[1], LOAD8(row + 8));                                     \
-        for (int c = 2; c < 8; c += 2) {                                                      \
-            s0 = _mm256_fmadd_ps(qg[c], LOAD8(row + 8 * c), s0);                              \
-            s1 = _mm256_fmadd_ps(qg[c + 1], LOAD8(row + 8 * c + 8), s1);                      \
+        __m256 x[8];                                                                          \
+        for (int c = 0; c < 8; c++) x[c] = LOAD8(row + 8 * c);                                \
+        for (int j = 0; j < n; j++) {                                                         \
+            const float *qj = qs + 64 * j;                                                    \
+            __m256 s0 = _mm256_mul_ps(_mm256_load_ps(qj), x[0]);                              \
+            __m256 s1 = _mm256_mul_ps(_mm256_load_ps(qj + 8), x[1]);                          \
+            for (int c = 2; c < 8; c += 2) {                                                  \
+                s0 = _mm256_fmadd_ps(_mm256_load_ps(qj + 8 * c), x[c], s0);                   \
+                s1 = _mm256_fmadd_ps(_mm256_load_ps(qj + 8 * c + 8), x[c + 1], s1);           \
+            }                                                                                 \
+            a[j][i] = _mm256_add_ps(s0, s1);                                                  \
         }                                                                                     \
-        a[i] = _mm256_add_ps(s0, s1);                                                         \
     }                                                                                         \
     /* Pairwise adds leave row i's total in element i of each 128-bit half. */                \
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));  \
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));                \
+    for (int j = 0; j < n; j++) {                                                             \
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[j][0], a[j][1]),                     \
+                                        _mm256_hadd_ps(a[j][2], a[j][3]));                    \
+        _mm_storeu_ps(out[j] + t, _mm_add_ps(_mm256_castps256_ps128(h),                       \
+                                             _mm256_extractf128_ps(h, 1)));                   \
+    }                                                                                         \
+}                                                                                             \
+                                                                                              \
+/* Scores of n queries at positions [from, to), both multiples of 4, FUSED at a time. */     \
+static void scores4_##SUFFIX(const float *qs, int n, float *const *out, const T *k,           \
+                             const int64_t *table, int64_t stride, int h, int64_t from,       \
+                             int64_t to) {                                                    \
+    for (int j0 = 0; j0 < n; j0 += FUSED) {                                                   \
+        const int m = n - j0 < FUSED ? n - j0 : FUSED;                                        \
+        for (int64_t t = from; t < to; t += 4) { /* 4 divides BLOCK: rows share a block */    \
+            const T *row = k + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;      \
+            const float *q = qs + 64 * j0;                                                    \
+            float *const *o = out + j0;                                                       \
+            switch (m) { /* a constant count keeps the loops unrolled */                      \
+            case 1: dot4_##SUFFIX(q, 1, row, stride, o, t); break;                            \
+            case 2: dot4_##SUFFIX(q, 2, row, stride, o, t); break;                            \
+            case 3: dot4_##SUFFIX(q, 3, row, stride, o, t); break;                            \
+            case 4: dot4_##SUFFIX(q, 4, row, stride, o, t); break;                            \
+            case 5: dot4_##SUFFIX(q, 5, row, stride, o, t); break;                            \
+            default: dot4_##SUFFIX(q, 6, row, stride, o, t);                                  \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+}                                                                                             \
+                                                                                              \
+/* Positions from `from` (length rounded down to 4) to length - 1: one q . k at a time. */    \
+static void scores1_##SUFFIX(const float *qs, int n, float *const *out, const T *k,           \
+                             const int64_t *table, int64_t stride, int h, int64_t from,       \
+                             int64_t length) {                                                \
+    for (int64_t t = from; t < length; t++) {                                                 \
+        const T *row = k + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;          \
+        for (int j = 0; j < n; j++) {                                                         \
+            const float *qj = qs + 64 * j;                                                    \
+            __m256 s = _mm256_mul_ps(_mm256_load_ps(qj), LOAD8(row));                         \
+            for (int c = 1; c < 8; c++)                                                       \
+                s = _mm256_fmadd_ps(_mm256_load_ps(qj + 8 * c), LOAD8(row + 8 * c), s);       \
+            out[j][t] = sum8(s);                                                              \
+        }                                                                                     \
+    }                                                                                         \
 }                                                                                             \
                                                                                               \
 /* For G query heads at once, half a head (32 of 64 dims: the register budget) from column    \
@@ -349,7 +418,7 @@ static inline __m128 dot4_##SUFFIX(const __m256 qg[8], const T *row, int64_t str
  * 121 -> 115 ms a step; a 512-token prompt 1.07 -> 0.90 s. */                                \
 static inline __attribute__((always_inline)) void values_##SUFFIX(                            \
     const T *v, const int64_t *table, int64_t length, int64_t stride, int64_t at,            \
-    const float *p, float *acc, const int G) {                                                \
+    float *const *p, const float *inv, float *acc, const int G) {                             \
     __m256 o[3][4];                                                                           \
     for (int g = 0; g < G; g++)                                                               \
         for (int c = 0; c < 4; c++) o[g][c] = _mm256_setzero_ps();                            \
@@ -358,46 +427,50 @@ static inline __attribute__((always_inline)) void values_##SUFFIX(              
         __m256 x[4];                                                                          \
         for (int c = 0; c < 4; c++) x[c] = LOAD8(row + 8 * c);                                \
         for (int g = 0; g < G; g++) {                                                         \
-            const __m256 pg = _mm256_set1_ps(p[g * length + t]);                              \
+            const __m256 pg = _mm256_set1_ps(p[g][t]);                                        \
             for (int c = 0; c < 4; c++) o[g][c] = _mm256_fmadd_ps(pg, x[c], o[g][c]);         \
         }                                                                                     \
     }                                                                                         \
     for (int g = 0; g < G; g++)                                                               \
         for (int c = 0; c < 4; c++)                                                           \
-            _mm256_storeu_ps(acc + g * 64 + (at % 64) + 8 * c, o[g][c]);                      \
+            _mm256_storeu_ps(acc + g * 64 + (at % 64) + 8 * c,                                \
+                             _mm256_mul_ps(o[g][c], _mm256_set1_ps(inv[g])));                 \
 }                                                                                             \
                                                                                               \
-static void head_##SUFFIX##_avx2(const T *q, const T *k, const T *v, const int64_t *table,    \
-                                 int64_t length, int n_kv, int h, int group, float scale,     \
-                                 float *scores, float *acc) {                                 \
-    const int64_t stride = (int64_t)n_kv * 64;                                                \
-    for (int g = 0; g < group; g++) {                                                         \
-        __m256 qg[8];                                                                         \
+static void head_##SUFFIX##_avx2(const T *q, int64_t q_stride, int rows, const T *k,          \
+                                 const T *v, const int64_t *table, int64_t length, int n_kv,  \
+                                 int h, int group, float scale, float *scores, float *acc) {  \
+    const int64_t stride = (int64_t)n_kv * 64, longest = length + rows - 1;                   \
+    const int n = rows * group;                                                               \
+    float qs[MAX_GROUP * 64] __attribute__((aligned(32)));                                    \
+    float *out[MAX_GROUP];                                                                    \
+    for (int j = 0; j < n; j++) {                                                             \
+        const T *qj = q + (j / group) * q_stride + (j % group) * 64;                          \
         for (int c = 0; c < 8; c++)                                                           \
-            qg[c] = _mm256_mul_ps(LOAD8(q + g * 64 + 8 * c), _mm256_set1_ps(scale));          \
-        float *sg = scores + g * length;                                                      \
-        int64_t t = 0;                                                                        \
-        for (; t + 4 <= length; t += 4) /* 4 divides BLOCK: the rows share a block */         \
-            _mm_storeu_ps(sg + t, dot4_##SUFFIX(qg, k + (table[t / BLOCK] * BLOCK + t % BLOCK) * \
-                                                         stride + h * 64, stride));           \
-        for (; t < length; t++) {                                                             \
-            const T *row = k + (table[t / BLOCK] * BLOCK + t % BLOCK) * stride + h * 64;      \
-            __m256 s = _mm256_mul_ps(qg[0], LOAD8(row));                                      \
-            for (int c = 1; c < 8; c++) s = _mm256_fmadd_ps(qg[c], LOAD8(row + 8 * c), s);    \
-            sg[t] = sum8(s);                                                                  \
-        }                                                                                     \
+            _mm256_store_ps(qs + 64 * j + 8 * c,                                              \
+                            _mm256_mul_ps(LOAD8(qj + 8 * c), _mm256_set1_ps(scale)));         \
+        out[j] = scores + j * longest;                                                        \
     }                                                                                         \
-    softmax_rows256(scores, length, group);                                                   \
-    for (int g0 = 0; g0 < group; g0 += 3) {                                                   \
-        const float *sg = scores + g0 * length;                                               \
-        for (int half = 0; half < 2; half++) {                                                \
-            const int64_t at = h * 64 + 32 * half;                                            \
-            switch (group - g0) {                                                             \
-            case 1: values_##SUFFIX(v, table, length, stride, at, sg, acc + g0 * 64, 1); break; \
-            case 2: values_##SUFFIX(v, table, length, stride, at, sg, acc + g0 * 64, 2); break; \
-            default: values_##SUFFIX(v, table, length, stride, at, sg, acc + g0 * 64, 3);     \
+    scores4_##SUFFIX(qs, n, out, k, table, stride, h, 0, length - length % 4);                \
+    for (int b = 0; b < rows; b++) { /* what only this row attends to, and its tail */        \
+        const int64_t own = length + b, whole = own - own % 4;                                \
+        const float *qb = qs + 64 * b * group;                                                \
+        float *const *ob = out + b * group;                                                   \
+        scores4_##SUFFIX(qb, group, ob, k, table, stride, h, length - length % 4, whole);     \
+        scores1_##SUFFIX(qb, group, ob, k, table, stride, h, whole, own);                     \
+        float inv[MAX_GROUP];                                                                 \
+        for (int g = 0; g < group; g++) inv[g] = softmax_row256(ob[g], own);                  \
+        for (int g0 = 0; g0 < group; g0 += 3)                                                 \
+            for (int half = 0; half < 2; half++) {                                            \
+                const int64_t at = h * 64 + 32 * half;                                        \
+                float *ab = acc + (b * group + g0) * 64, *const *pb = ob + g0;                \
+                const float *ib = inv + g0;                                                   \
+                switch (group - g0) {                                                         \
+                case 1: values_##SUFFIX(v, table, own, stride, at, pb, ib, ab, 1); break;     \
+                case 2: values_##SUFFIX(v, table, own, stride, at, pb, ib, ab, 2); break;     \
+                default: values_##SUFFIX(v, table, own, stride, at, pb, ib, ab, 3);           \
+                }                                                                             \
             }                                                                                 \
-        }                                                                                     \
     }                                                                                         \
 }
 
@@ -405,74 +478,109 @@ DEFINE_AVX2_HEAD(f32, float, load8_f32)
 DEFINE_AVX2_HEAD(bf16, uint16_t, load8_bf16)
 #endif
 
+/* How many rows from d on form a run (see the AVX2 head): at most `most`, consecutive,
+ * each attending to one position more than the one before through the same block table. */
+static int run_rows(const int64_t *tables, const int64_t *lengths, int d, int n_seqs,
+                    int max_blocks, int most) {
+    const int64_t *first = tables + (int64_t)d * max_blocks;
+    int r = 1;
+    for (; r < most && d + r < n_seqs && lengths[d + r] == lengths[d] + r; r++) {
+        const int64_t used = (lengths[d + r] + BLOCK - 1) / BLOCK;
+        if (memcmp(first, tables + (int64_t)(d + r) * max_blocks, sizeof(int64_t) * used))
+            break;
+    }
+    return r;
+}
+
 /* Returns 0, or -1 when a size is beyond the fixed buffers or a length is outside its block
- * table (nothing is read then). The
- * (sequence, KV head) pairs are shared among `n_threads` OpenMP threads when built with it. */
+ * table (nothing is read then). The (run of rows, KV head) pairs are shared among
+ * `n_threads` OpenMP threads when built with it. */
 #define DEFINE_ENTRY(NAME, T, HEAD, LOAD, STORE, FAST)                                        \
 int NAME(const T *q, const T *k, const T *v, const int64_t *tables, const int64_t *lengths,   \
          T *out, int n_seqs, int n_heads, int n_kv, int hd, int max_blocks, float scale,      \
          int n_threads) {                                                                     \
-    const int group = n_heads / n_kv;                                                         \
+    const int group = n_heads / n_kv, most = group < FUSED ? FUSED / group : 1;               \
     if (hd > MAX_HEAD_DIM || group > MAX_GROUP || n_threads < 1) return -1;                   \
     int64_t longest = 1;                                                                      \
     for (int d = 0; d < n_seqs; d++) {                                                        \
         if (lengths[d] < 1 || lengths[d] > (int64_t)max_blocks * BLOCK) return -1;            \
         longest = lengths[d] > longest ? lengths[d] : longest;                                \
     }                                                                                         \
-    float *all_scores = malloc(sizeof(float) * group * longest * n_threads);                  \
-    if (!all_scores) return -1;                                                               \
+    int *starts = malloc(sizeof(int) * (n_seqs + 1)), n_runs = 0;                             \
+    const int64_t per_thread = (int64_t)most * group * longest;                               \
+    float *all_scores = malloc(sizeof(float) * per_thread * n_threads);                       \
+    if (!starts || !all_scores) {                                                             \
+        free(starts), free(all_scores);                                                       \
+        return -1;                                                                            \
+    }                                                                                         \
+    for (int d = 0; d < n_seqs; d += run_rows(tables, lengths, d, n_seqs, max_blocks, most))  \
+        starts[n_runs++] = d;                                                                 \
+    starts[n_runs] = n_seqs;                                                                  \
     _Pragma("omp parallel num_threads(n_threads)")                                            \
     {                                                                                         \
         float queries[MAX_GROUP * MAX_HEAD_DIM], acc[MAX_GROUP * MAX_HEAD_DIM];               \
-        float *scores = all_scores + (int64_t)group * longest * THREAD_NUM();                 \
+        float *scores = all_scores + per_thread * THREAD_NUM();                               \
         _Pragma("omp for schedule(dynamic, 1)")                                               \
-        for (int w = 0; w < n_seqs * n_kv; w++) {                                             \
-            const int d = w / n_kv, h = w % n_kv;                                             \
-            const int64_t *table = tables + (int64_t)d * max_blocks;                          \
-            const T *qh = q + ((int64_t)d * n_heads + h * group) * hd;                        \
-            if (!FAST(qh, k, v, table, lengths[d], n_kv, h, hd, group, scale, scores, acc)) { \
-                for (int i = 0; i < group * hd; i++) queries[i] = LOAD(qh[i]);                \
-                HEAD(queries, k, v, table, lengths[d], n_kv, h, hd, group, scale, scores,     \
-                     acc);                                                                    \
+        for (int w = 0; w < n_runs * n_kv; w++) {                                             \
+            const int d0 = starts[w / n_kv], rows = starts[w / n_kv + 1] - d0, h = w % n_kv;  \
+            const int64_t *table = tables + (int64_t)d0 * max_blocks;                         \
+            const int64_t q_stride = (int64_t)n_heads * hd;                                   \
+            const T *qh = q + d0 * q_stride + h * group * hd;                                 \
+            if (!FAST(qh, q_stride, rows, k, v, table, lengths[d0], n_kv, h, hd, group,       \
+                      scale, scores, acc)) {                                                  \
+                for (int b = 0; b < rows; b++) {                                              \
+                    for (int i = 0; i < group * hd; i++)                                      \
+                        queries[i] = LOAD(qh[b * q_stride + i]);                              \
+                    HEAD(queries, k, v, table, lengths[d0] + b, n_kv, h, hd, group, scale,    \
+                         scores, acc + b * group * hd);                                       \
+                }                                                                             \
             }                                                                                 \
-            T *oh = out + ((int64_t)d * n_heads + h * group) * hd;                            \
-            for (int i = 0; i < group * hd; i++) oh[i] = STORE(acc[i]);                       \
+            for (int b = 0; b < rows; b++) {                                                  \
+                T *oh = out + (d0 + b) * q_stride + h * group * hd;                           \
+                for (int i = 0; i < group * hd; i++) oh[i] = STORE(acc[b * group * hd + i]);  \
+            }                                                                                 \
         }                                                                                     \
     }                                                                                         \
+    free(starts);                                                                             \
     free(all_scores);                                                                         \
     return 0;                                                                                 \
 }
 
-static int f32_fast_path(const float *q, const float *k, const float *v, const int64_t *table,
-                         int64_t length, int n_kv, int h, int hd, int group, float scale,
-                         float *scores, float *acc) {
+/* The fast paths take a run of rows (q_stride apart); 0 when none applies here. */
+static int f32_fast_path(const float *q, int64_t q_stride, int rows, const float *k,
+                         const float *v, const int64_t *table, int64_t length, int n_kv, int h,
+                         int hd, int group, float scale, float *scores, float *acc) {
 #ifdef HAVE_AVX2_FMA
     if (hd == 64) {
-        head_f32_avx2(q, k, v, table, length, n_kv, h, group, scale, scores, acc);
+        head_f32_avx2(q, q_stride, rows, k, v, table, length, n_kv, h, group, scale, scores,
+                      acc);
         return 1;
     }
 #endif
-    (void)q, (void)k, (void)v, (void)table, (void)length, (void)n_kv, (void)h, (void)hd;
-    (void)group, (void)scale, (void)scores, (void)acc;
+    (void)q, (void)q_stride, (void)rows, (void)k, (void)v, (void)table, (void)length;
+    (void)n_kv, (void)h, (void)hd, (void)group, (void)scale, (void)scores, (void)acc;
     return 0;
 }
 
-static int bf16_fast_path(const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                          const int64_t *table, int64_t length, int n_kv, int h, int hd,
-                          int group, float scale, float *scores, float *acc) {
+static int bf16_fast_path(const uint16_t *q, int64_t q_stride, int rows, const uint16_t *k,
+                          const uint16_t *v, const int64_t *table, int64_t length, int n_kv,
+                          int h, int hd, int group, float scale, float *scores, float *acc) {
 #ifdef HAVE_AVX512_BF16
-    if (hd == 64) {
-        head_bf16_avx512(q, k, v, table, length, n_kv, h, group, scale, scores, acc);
+    if (hd == 64) { /* vdpbf16ps dot products: a row at a time */
+        for (int b = 0; b < rows; b++)
+            head_bf16_avx512(q + b * q_stride, k, v, table, length + b, n_kv, h, group, scale,
+                             scores, acc + b * group * 64);
         return 1;
     }
 #elif defined(HAVE_AVX2_FMA)
     if (hd == 64) { /* no bfloat16 dot products: converted to float32 as read */
-        head_bf16_avx2(q, k, v, table, length, n_kv, h, group, scale, scores, acc);
+        head_bf16_avx2(q, q_stride, rows, k, v, table, length, n_kv, h, group, scale, scores,
+                       acc);
         return 1;
     }
 #endif
-    (void)q, (void)k, (void)v, (void)table, (void)length, (void)n_kv, (void)h, (void)hd;
-    (void)group, (void)scale, (void)scores, (void)acc;
+    (void)q, (void)q_stride, (void)rows, (void)k, (void)v, (void)table, (void)length;
+    (void)n_kv, (void)h, (void)hd, (void)group, (void)scale, (void)scores, (void)acc;
     return 0;
 }
 

@@ -69,6 +69,32 @@ def test_kernel_matches_sdpa(dtype, n_heads, n_kv, hd) -> None:
     assert (got.float() - want).abs().max().item() < tolerance
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("n_heads", "n_kv"), [(9, 3), (4, 4), (4, 2), (6, 1)])
+def test_rows_of_one_prompt_get_what_each_gets_alone(dtype, n_heads, n_kv) -> None:
+    """Consecutive rows of a prompt chunk (same table, one more position each) are scored
+    together against each key; every row's output is still bit for bit its own."""
+    first, count = 37, 23
+    q, k_cache, v_cache, tables = paged_case([first + count, 50], n_heads, n_kv, 64, dtype)
+    # The prompt's rows, a decode of another sequence between two runs of them.
+    rows = [0] * 9 + [1] + [0] * (count - 9)
+    lengths = [first + i for i in range(9)] + [50] + [first + i for i in range(9, count)]
+    queries = torch.randn(len(rows), n_heads, 64, generator=torch.Generator().manual_seed(1))
+    queries = queries.to(dtype)
+    batch_tables = tables[rows].contiguous()
+    together = decode_attention(queries, k_cache, v_cache, batch_tables, torch.tensor(lengths))
+    assert together is not None
+    for i, length in enumerate(lengths):
+        alone = decode_attention(
+            queries[i : i + 1].contiguous(), k_cache, v_cache, batch_tables[i : i + 1],
+            torch.tensor([length]),
+        )
+        assert torch.equal(together[i], alone[0]), i
+    want = reference(queries, k_cache, v_cache, batch_tables, lengths)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    assert (together.float() - want).abs().max().item() < tolerance
+
+
 def test_kernel_declines_what_its_buffers_cannot_hold() -> None:
     q, k_cache, v_cache, tables = paged_case([20], 32, 1, 64, torch.float32)  # group of 32
     assert decode_attention(q, k_cache, v_cache, tables, torch.tensor([20])) is None
