@@ -20,11 +20,11 @@ from model.native import decode_attention, decode_attention_available
 from model.native_step import LayerSource, NativeStep, layer_matrix_names
 
 BLOCK_SIZE = 16
-# Where bfloat16 matmuls run on AMX (~45 ms for a 32-row step) the native step
-# (model/native_step.py, integer products at ~4 ms per row there) wins for a few decoding
-# rows only: up to this many decodes go native, prompt chunks through torch. Elsewhere every
-# token of every step goes native, prompt chunks included.
-NATIVE_DECODES_BESIDE_AMX = 4
+# Beside AMX (bfloat16 matrix units) prompt chunks go through torch, whose bfloat16
+# matmuls beat the native step's integer products on many rows, and decodes go native
+# however many there are: 32 requests of `assistant bench engine` (b) took 136-151 tok/s
+# with only up to 4 decodes native, 165-188 with all of them. Elsewhere every token of every
+# step goes native, prompt chunks included.
 
 
 def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
@@ -229,7 +229,7 @@ class LlamaModel:
         ]
         self._init_rope()
         self.native_step = self._native_step(src) if native else None
-        # Prompt chunks go native too, except beside AMX (see NATIVE_DECODES_BESIDE_AMX).
+        # Prompt chunks go native too, except beside AMX (see the top of this file).
         self.native_prefill = not packed_kernels_available(device, dtype)
 
     def _init_rope(self) -> None:
@@ -353,10 +353,10 @@ class LlamaModel:
         return self.lm_head(x).float()
 
     def _native_serves(self, batch: AttentionBatch) -> bool:
-        """Whether the step runs as one native call (its decodes only, beside AMX)."""
+        """Whether the step runs native (beside AMX: its decodes, the rest through torch)."""
         if self.native_step is None or batch.row_tables is None:
             return False
-        return self.native_prefill or 1 <= batch.num_decodes <= NATIVE_DECODES_BESIDE_AMX
+        return self.native_prefill or batch.num_decodes > 0
 
     def _attention(
         self,

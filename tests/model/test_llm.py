@@ -62,11 +62,14 @@ def test_closing_a_stream_early_aborts_and_frees_blocks(llm) -> None:
 
 
 def test_chat_applies_the_template_and_answers(llm) -> None:
-    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    # France's capital is a near-tie for this small model's first token under the chat
+    # template ("The" or "L'", by the path and the machine, torch float32 included); Japan's
+    # is answered alike on every path.
+    messages = [{"role": "user", "content": "What is the capital of Japan?"}]
     done = llm.chat(messages, SamplingParams(max_tokens=24, temperature=0.0))
     template = llm.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     assert done.prompt_tokens == len(llm.tokenizer.encode(template))
-    assert "Paris" in done.text
+    assert "Tokyo" in done.text
 
 
 def test_logprobs_and_stop_strings(llm) -> None:
