@@ -80,11 +80,11 @@ class SafetyClassifier:
 
     def score_many(self, prepared: list[Prepared]) -> list[Scores]:
         """Scores for many texts, their windows embedded in one batch."""
-        windows = [_windows(p.text) for p in prepared]
-        rows = chunk_features(self.encoder, prepared, windows)
+        spans = [windows(p.text) for p in prepared]
+        rows = chunk_features(self.encoder, prepared, spans)
         probs = self.head.probabilities(np.vstack(rows))
         out, start = [], 0
-        for ws in windows:
+        for ws in spans:
             rows = probs[start : start + len(ws)]
             start += len(ws)
             by_class = dict(zip(self.head.classes, rows.max(axis=0).tolist(), strict=True))
@@ -191,8 +191,9 @@ def shared_classifier(encoder_path: str, device: str | None = None) -> SafetyCla
         return _SHARED[key]
 
 
-def _windows(text: str) -> list[tuple[int, int]]:
-    """Spans of consecutive sentences packed into chunks of at most WINDOW_CHARS characters."""
+def windows(text: str) -> list[tuple[int, int]]:
+    """Spans of consecutive sentences packed into chunks of at most WINDOW_CHARS characters:
+    what the head reads of a text, in serving and in training alike."""
     if len(text) <= WINDOW_CHARS:
         return [(0, len(text))]
     chunks: list[tuple[int, int]] = []

@@ -134,14 +134,23 @@ def embed_spans(
     for i, text_spans in enumerate(spans):
         rows = [r for r, o in enumerate(owner) if o == i]
         tokens = states[rows].reshape(-1, states.shape[-1])
-        lo = np.array([s[0] for s in text_spans])[:, None]
-        hi = np.array([s[1] for s in text_spans])[:, None]
-        s, e, ok = starts[rows].ravel(), ends[rows].ravel(), real[rows].ravel()
-        inside = ok & (s >= lo) & (e <= hi)
-        # A span between tokens takes the tokens overlapping it instead.
-        overlap = ok & (s < hi) & (e > lo)
-        weights = np.where(inside.any(axis=1, keepdims=True), inside, overlap).astype(np.float32)
+        weights = span_weights(
+            starts[rows].ravel(), ends[rows].ravel(), real[rows].ravel(), text_spans
+        )
         vectors = (weights @ tokens) / np.maximum(weights.sum(axis=1, keepdims=True), 1.0)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         out.append(vectors / np.where(norms > 0, norms, 1.0))
     return out
+
+
+def span_weights(
+    starts: np.ndarray, ends: np.ndarray, real: np.ndarray, spans: list[tuple[int, int]]
+) -> np.ndarray:
+    """[spans, tokens] 0/1: which of a text's tokens (character offsets, `real` = neither
+    special nor padding) each span pools. Fine-tuning pools with it too."""
+    lo = np.array([s[0] for s in spans])[:, None]
+    hi = np.array([s[1] for s in spans])[:, None]
+    inside = real & (starts >= lo) & (ends <= hi)
+    # A span between tokens takes the tokens overlapping it instead.
+    overlap = real & (starts < hi) & (ends > lo)
+    return np.where(inside.any(axis=1, keepdims=True), inside, overlap).astype(np.float32)

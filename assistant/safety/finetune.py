@@ -3,8 +3,10 @@
 A head on frozen MiniLM states learns the style of whoever wrote the training lines and
 little else; tuning the layers under it moves the embedding itself towards what makes a
 request unsafe. The network is the one that is served: `LeanEncoder.forward` (float32,
-with BERT's dropout while training) -> mean of the text's token states, L2-normalised ->
-[embedding | hashed n-grams | disguise flags] -> the MLP head of `head.py`. The word and
+with BERT's dropout while training) -> for each window of the text (`classifier.windows`),
+the L2-normalised mean of its token states -> [embedding | the window's hashed n-grams |
+disguise flags] -> the MLP head of `head.py`, each text's loss taken on its worst window:
+what the classifier reads and decides on. The word and
 position embeddings stay frozen (the model still provides them); the layers learn at a
 small rate, the head at a larger one, with warm-up and linear decay, class-balanced
 cross-entropy with label smoothing, and one fixed seed: same data, same weights.
@@ -20,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from assistant.safety.encoder import MAX_TOKENS
+from assistant.safety.classifier import windows
+from assistant.safety.encoder import MAX_TOKENS, span_weights
 from assistant.safety.lean_encoder import LeanEncoder
 from assistant.safety.ngrams import ngram_features
 from assistant.safety.prepare import Prepared
@@ -68,10 +71,9 @@ def finetune(
     for t in layers:
         t.requires_grad_(True)
     texts = [p.text for p in prepared]
-    side = torch.from_numpy(
-        np.stack([np.concatenate([ngram_features(p.text), p.flags()]) for p in prepared])
-    )
-    width = encoder.word.shape[1] + side.shape[1]
+    spans = [windows(t) for t in texts]
+    side = [torch.from_numpy(side_features(p, s)) for p, s in zip(prepared, spans, strict=True)]
+    width = encoder.word.shape[1] + side[0].shape[1]
     first, second = torch.nn.Linear(width, hidden), torch.nn.Linear(hidden, classes)
     if head is not None:
         with torch.no_grad():
@@ -103,11 +105,14 @@ def finetune(
     bar = tqdm(total=steps, desc="fine-tune", file=sys.stderr, disable=not progress)
     for _ in range(epochs):
         for batch in _batches(lengths, rng):
-            rows = torch.from_numpy(batch)
-            pooled = pool(encoder, [texts[i] for i in batch], ENCODER_DROPOUT)
-            x = F.dropout(torch.cat([pooled, side[rows]], dim=1), HEAD_DROPOUT)
+            pooled = pool(
+                encoder, [texts[i] for i in batch], [spans[i] for i in batch], ENCODER_DROPOUT
+            )
+            rows = torch.cat([side[i] for i in batch])
+            x = F.dropout(torch.cat([pooled, rows], dim=1), HEAD_DROPOUT)
             logits = second(F.dropout(torch.relu(first(x)), HEAD_DROPOUT))
-            loss = loss_fn(logits, yt[rows])
+            owner = np.repeat(np.arange(len(batch)), [len(spans[i]) for i in batch])
+            loss = loss_fn(logits[worst_windows(logits, owner)], yt[torch.from_numpy(batch)])
             optimiser.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(layers, 1.0)
@@ -127,8 +132,13 @@ def finetune(
     return Tuned(encoder, weights)
 
 
-def pool(encoder: LeanEncoder, texts: list[str], dropout: float = 0.0) -> torch.Tensor:
-    """L2-normalised mean of each text's token states, as `embed_spans` pools a whole text."""
+def pool(
+    encoder: LeanEncoder, texts: list[str], spans: list[list[tuple[int, int]]], dropout: float = 0.0
+) -> torch.Tensor:
+    """L2-normalised mean of the token states in each span of each text, rows grouped by
+    text: what `embed_spans` computes, differentiable. Training texts fit in MAX_TOKENS
+    (the longest is ~150 tokens), so the segments `embed_spans` reads longer ones in are
+    not needed here."""
     batch = encoder.tokenizer(
         texts,
         padding=True,
@@ -137,12 +147,36 @@ def pool(encoder: LeanEncoder, texts: list[str], dropout: float = 0.0) -> torch.
         return_offsets_mapping=True,
         return_tensors="pt",
     )
-    offsets = batch["offset_mapping"]
+    offsets = batch["offset_mapping"].numpy()
     # Special tokens and padding have empty offsets: they are attended to, not pooled.
-    real = ((offsets[..., 1] > offsets[..., 0]) & batch["attention_mask"].bool()).float()
+    real = (offsets[..., 1] > offsets[..., 0]) & batch["attention_mask"].numpy().astype(bool)
     states = encoder.forward(batch["input_ids"], batch["attention_mask"], dropout)
-    mean = (states * real[..., None]).sum(1) / real.sum(1, keepdim=True).clamp(min=1.0)
-    return F.normalize(mean, dim=1)
+    vectors = []
+    for i, text_spans in enumerate(spans):
+        weights = torch.from_numpy(
+            span_weights(offsets[i, :, 0], offsets[i, :, 1], real[i], text_spans)
+        )
+        vectors.append(weights @ states[i] / weights.sum(1, keepdim=True).clamp(min=1.0))
+    return F.normalize(torch.cat(vectors), dim=1)
+
+
+def side_features(prepared: Prepared, spans: list[tuple[int, int]]) -> np.ndarray:
+    """[n-grams | disguise flags] of each span, as `chunk_features` gives them."""
+    flags = prepared.flags()
+    return np.stack(
+        [np.concatenate([ngram_features(prepared.text[lo:hi]), flags]) for lo, hi in spans]
+    ).astype(np.float32)
+
+
+def worst_windows(logits: torch.Tensor, owner: np.ndarray) -> torch.Tensor:
+    """For each text, the row of its window with the highest unsafe score (1 - P(benign)),
+    the one the served classifier decides on. `owner`: the text of each row, rows grouped
+    by text in order."""
+    with torch.no_grad():
+        benign = torch.log_softmax(logits, dim=1)[:, 0].numpy()
+    order = np.lexsort((benign, owner))
+    first = np.r_[True, owner[order][1:] != owner[order][:-1]]
+    return torch.from_numpy(order[first])
 
 
 def _batches(lengths: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:

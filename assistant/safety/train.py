@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from assistant.safety.classifier import SafetyClassifier, chunk_features
+from assistant.safety.classifier import SafetyClassifier, chunk_features, windows
 from assistant.safety.dataset import DATA_DIR, Example, load_examples
 from assistant.safety.encoder import load_encoder, load_lean_encoder
-from assistant.safety.finetune import ENCODER_FILE, finetune, save_layers
+from assistant.safety.finetune import ENCODER_FILE, finetune, save_layers, worst_windows
 from assistant.safety.head import WEIGHTS_DIR, Head, Thresholds
 from assistant.safety.lean_encoder import LeanEncoder
 from assistant.safety.metrics import evaluate
@@ -63,19 +63,26 @@ def prepare_all(examples: list[Example]) -> list[Prepared]:
     return [prepare(ex.text) for ex in tqdm(examples, desc="prepare", file=sys.stderr)]
 
 
-def features(encoder, prepared: list[Prepared], progress: bool = True) -> np.ndarray:
-    """One row per text (the whole text is one span), encoded in batches of similar length."""
+def features(
+    encoder, prepared: list[Prepared], progress: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Feature rows as the classifier reads them, one per window of each text (`windows`),
+    grouped by text in order, and the index of the text each row belongs to.
+
+    Encoded in batches of similar length.
+    """
     order = sorted(range(len(prepared)), key=lambda i: len(prepared[i].text))
     rows: list[np.ndarray] = [np.empty(0)] * len(prepared)
     starts = range(0, len(order), BATCH)
     for start in tqdm(starts, desc="encode", file=sys.stderr, disable=not progress):
         batch = [prepared[i] for i in order[start : start + BATCH]]
-        spans = [[(0, len(p.text))] for p in batch]
+        spans = [windows(p.text) for p in batch]
         for i, row in zip(
             order[start : start + BATCH], chunk_features(encoder, batch, spans), strict=True
         ):
-            rows[i] = row[0]
-    return np.stack(rows)
+            rows[i] = row
+    owner = np.repeat(np.arange(len(rows)), [len(r) for r in rows])
+    return np.vstack(rows), owner
 
 
 def targets(examples: list[Example]) -> np.ndarray:
@@ -83,9 +90,18 @@ def targets(examples: list[Example]) -> np.ndarray:
 
 
 def fit(
-    x: np.ndarray, y: np.ndarray, hidden: int, epochs: int, seed: int, progress: bool = True
+    x: np.ndarray,
+    owner: np.ndarray,
+    y: np.ndarray,
+    hidden: int,
+    epochs: int,
+    seed: int,
+    progress: bool = True,
 ) -> dict[str, np.ndarray]:
     """A one-hidden-layer MLP, full batch, class-balanced cross-entropy.
+
+    `x` has a row per window of each text (`features`), `y` a label per text: each text's
+    loss is taken on its worst window, the one the served classifier decides on.
 
     The n-gram block of the features is ~97% zeros, so it goes through the first layer as a
     sparse matrix (dropout on its stored values): the same network, about ten times faster.
@@ -114,8 +130,9 @@ def fit(
         kept = grams.values() * (torch.rand_like(grams.values()) >= DROPOUT) / (1 - DROPOUT)
         sparse = torch.sparse_coo_tensor(grams.indices(), kept, grams.shape, is_coalesced=True)
         h = first_dense(dropout(dense)) + torch.sparse.mm(sparse, first_grams)
+        logits = second(dropout(torch.relu(h)))
         optimiser.zero_grad()
-        loss_fn(second(dropout(torch.relu(h))), yt).backward()
+        loss_fn(logits[worst_windows(logits, owner)], yt).backward()
         optimiser.step()
     w1 = first_dense.weight.detach().numpy().T
     return {
@@ -135,12 +152,24 @@ def predict(weights: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     return 1.0 - probs[:, 0] / probs.sum(axis=1)
 
 
+def text_scores(weights: dict[str, np.ndarray], x: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """P(unsafe) of each text: that of its worst window, as the classifier scores it."""
+    firsts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    return np.maximum.reduceat(predict(weights, x), firsts)
+
+
 def recall_at(scores: np.ndarray, is_unsafe: np.ndarray, budget: float) -> tuple[float, float]:
     """(recall, threshold) for the lowest threshold refusing at most `budget` of benign."""
     benign = np.sort(scores[~is_unsafe])[::-1]
     allowed = int(np.floor(budget * len(benign)))
     threshold = float(benign[allowed]) + 1e-6 if allowed < len(benign) else 0.0
     return float(np.mean(scores[is_unsafe] >= threshold)), threshold
+
+
+def false_positives_at(scores: np.ndarray, is_unsafe: np.ndarray, recall: float) -> float:
+    """Share of benign refused by the highest threshold that reaches `recall` on unsafe."""
+    threshold = np.sort(scores[is_unsafe])[int(np.floor((1 - recall) * is_unsafe.sum()))]
+    return float(np.mean(scores[~is_unsafe] >= threshold))
 
 
 def cross_validate(
@@ -167,13 +196,15 @@ def cross_validate(
     scores = np.zeros(len(y))
     if not args.encoder_epochs or args.warm_head:
         encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers, int8=False)
-        x_hand, x_synth = features(encoder, p_hand), features(encoder, p_synth)
+        (x_hand, o_hand), (x_synth, o_synth) = features(encoder, p_hand), features(encoder, p_synth)
     for k in tqdm(range(args.cv), desc="folds", file=sys.stderr):
         train = fold != k
         start = None
         if not args.encoder_epochs or args.warm_head:
+            rows = train[o_hand]
             start = fit(
-                np.vstack([x_hand[train], x_synth]),
+                np.vstack([x_hand[rows], x_synth]),
+                np.concatenate([renumber(o_hand[rows]), o_synth + train.sum()]),
                 np.concatenate([y[train], y_synth]),
                 args.hidden,
                 args.epochs,
@@ -192,9 +223,10 @@ def cross_validate(
                 head=start,
             )
             held = [p for p, t in zip(p_hand, train, strict=True) if not t]
-            scores[~train] = predict(tuned.head, features(tuned.encoder, held, progress=False))
+            scores[~train] = text_scores(tuned.head, *features(tuned.encoder, held, False))
             continue
-        scores[~train] = predict(start, x_hand[~train])
+        rows = ~train[o_hand]
+        scores[~train] = text_scores(start, x_hand[rows], o_hand[rows])
     unsafe = y > 0
     r15, t15 = recall_at(scores, unsafe, 0.015)
     r3, t3 = recall_at(scores, unsafe, 0.03)
@@ -202,12 +234,16 @@ def cross_validate(
     kind += ", head trained first on frozen features" if args.warm_head else ""
     print(f"{args.cv}-fold CV on {len(y)} hand-written (+{len(y_synth)} templated), {kind}:")
     print(f"recall at 1.5% FPR {r15:.3f} (threshold {t15:.3f}), at 3% FPR {r3:.3f} ({t3:.3f})")
-    at90 = np.quantile(scores[unsafe], 0.10)
-    print(f"false positives at 90% recall {np.mean(scores[~unsafe] >= at90):.3f}")
+    print(f"false positives at 90% recall {false_positives_at(scores, unsafe, 0.90):.3f}")
     if args.save_scores:
         np.save(args.save_scores, scores)
     for c, name in enumerate(CLASSES[1:], 1):
         print(f"  {name:<18} recall {np.mean(scores[y == c] >= t15):.3f}")
+
+
+def renumber(owner: np.ndarray) -> np.ndarray:
+    """Text indices 0, 1, 2... for rows of a subset of texts (rows still grouped by text)."""
+    return np.cumsum(np.r_[False, owner[1:] != owner[:-1]])
 
 
 def fresh_encoder(settings: Settings, layers: int) -> LeanEncoder:
@@ -288,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     first = None
     if not args.encoder_epochs or args.warm_head:
         encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers, int8=False)
-        x = np.vstack([features(encoder, p_hand), features(encoder, p_synth)])
-        first = fit(x, y, args.hidden, args.epochs, args.seed)
+        x, owner = features(encoder, p_hand + p_synth)
+        first = fit(x, owner, y, args.hidden, args.epochs, args.seed)
         meta["epochs"] = args.epochs
     if args.encoder_epochs:
         tuned = finetune(
@@ -320,10 +356,14 @@ def main(argv: list[str] | None = None) -> int:
     # int8 encoder as the CPU suits, long texts read in windows), not from training features.
     classifier = SafetyClassifier.load(settings.embedding_model_path(), "cpu", args.out)
     scores = np.array([s.unsafe for s in classifier.score_many([prepare(e.text) for e in val])])
-    head.thresholds = classifier.head.thresholds = tune(
-        scores, np.array([ex.label == "unsafe" for ex in val])
-    )
+    is_unsafe = np.array([ex.label == "unsafe" for ex in val])
+    head.thresholds = classifier.head.thresholds = tune(scores, is_unsafe)
     head.save(args.out)
+    # Threshold-free numbers, to compare training variants on validation.
+    recall = recall_at(scores, is_unsafe, MAX_VAL_FALSE_POSITIVES)[0]
+    print(f"validation: recall {recall:.3f} at <= {MAX_VAL_FALSE_POSITIVES:.1%} false positives")
+    fp = false_positives_at(scores, is_unsafe, 0.95)
+    print(f"validation: false positives {fp:.3f} at 95% recall")
     print(f"thresholds: refuse {head.thresholds.refuse}, caution {head.thresholds.caution}")
     print("== validation (the threshold was tuned on it) ==")
     print(evaluate(val, classifier.check_input).format())

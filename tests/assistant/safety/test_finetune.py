@@ -10,13 +10,19 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 
+from assistant.safety.classifier import windows  # noqa: E402
 from assistant.safety.dataset import DATA_DIR, load_examples  # noqa: E402
-from assistant.safety.encoder import load_encoder, load_tuned  # noqa: E402
-from assistant.safety.finetune import finetune, pool, save_layers  # noqa: E402
+from assistant.safety.encoder import embed_spans, load_encoder, load_tuned  # noqa: E402
+from assistant.safety.finetune import (  # noqa: E402
+    finetune,
+    pool,
+    save_layers,
+    side_features,
+    worst_windows,
+)
 from assistant.safety.lean_encoder import LeanEncoder  # noqa: E402
-from assistant.safety.ngrams import ngram_features  # noqa: E402
 from assistant.safety.prepare import prepare  # noqa: E402
-from assistant.safety.train import CLASSES, predict, targets  # noqa: E402
+from assistant.safety.train import CLASSES, targets, text_scores  # noqa: E402
 from assistant.settings import Settings  # noqa: E402
 
 
@@ -54,16 +60,36 @@ def test_same_seed_same_weights_and_the_layers_move(model, sample) -> None:
 def test_training_lowers_the_error_on_what_it_saw(model, sample) -> None:
     prepared, y = sample
 
+    spans = [windows(p.text) for p in prepared]
+    side = np.vstack([side_features(p, s) for p, s in zip(prepared, spans, strict=True)])
+    owner = np.repeat(np.arange(len(spans)), [len(s) for s in spans])
+
     def error(tuned) -> float:
         with torch.inference_mode():
-            emb = pool(tuned.encoder, [p.text for p in prepared]).numpy()
-        side = np.stack([np.concatenate([ngram_features(p.text), p.flags()]) for p in prepared])
-        unsafe = predict(tuned.head, np.hstack([emb, side]))
+            emb = pool(tuned.encoder, [p.text for p in prepared], spans).numpy()
+        unsafe = text_scores(tuned.head, np.hstack([emb, side]), owner)
         return float(np.mean(np.abs((y > 0) - unsafe)))
 
     short = finetune(fresh(model), prepared, y, len(CLASSES), 16, seed=3, epochs=1, progress=False)
     longer = finetune(fresh(model), prepared, y, len(CLASSES), 16, seed=3, epochs=8, progress=False)
     assert error(longer) < error(short)
+
+
+def test_training_pools_the_windows_the_classifier_reads(model) -> None:
+    texts = [ex.text for ex in load_examples(DATA_DIR / "train.jsonl") if len(ex.text) > 300][:8]
+    spans = [windows(t) for t in texts]
+    assert all(len(s) > 1 for s in spans)
+    encoder = fresh(model)
+    with torch.inference_mode():
+        trained = pool(encoder, texts, spans).numpy()
+    served = np.vstack(embed_spans(encoder, texts, spans))
+    np.testing.assert_allclose(trained, served, atol=1e-5)
+
+
+def test_the_worst_window_is_the_least_benign_of_each_text() -> None:
+    logits = torch.tensor([[0.0, 1.0], [2.0, 0.0], [0.0, 3.0], [1.0, 0.0], [0.0, 0.0]])
+    owner = np.array([0, 0, 0, 1, 2])
+    assert worst_windows(logits, owner).tolist() == [2, 3, 4]
 
 
 def test_saved_layers_load_back_as_float16_values(model, tmp_path) -> None:
