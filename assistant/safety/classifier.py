@@ -1,6 +1,6 @@
 """The input and output classifiers: rules + a trained head on sentence embeddings.
 
-The embeddings come from the first layers of MiniLM, fine-tuned together with the head
+The embeddings come from the first layers of MiniLM, fine-tuned for this classifier
 (`assistant.safety.finetune`) when weights/ holds the tuned layers (`encoder` in
 weights.json), as token states pooled over each window of the text.
 """

@@ -28,8 +28,9 @@ from assistant.safety.lean_encoder import LeanEncoder
 from assistant.safety.ngrams import ngram_features
 from assistant.safety.prepare import Prepared
 
-# Standard BERT fine-tuning settings, scaled to ~5,000 short examples. 5-fold CV against
-# the frozen encoder did not favour fine-tuning with them (train.py records the numbers).
+# Standard BERT fine-tuning settings, scaled to ~5,000 short examples. The head trained here
+# serves the layers' training; train.py then fits the served head on the tuned features
+# (REFIT_HEAD, with the numbers that chose it).
 EPOCHS = 4
 BATCH = 32
 ENCODER_LR = 3e-5

@@ -1,13 +1,13 @@
 """Train the classifier: `python -m assistant.safety.train [--seed S] [--cv K]`.
 
 Reads data/train.jsonl (hand-written) and data/train_synth.jsonl (written by
-`assistant.safety.synth`), trains the MLP head on the frozen lean encoder's features
-(`--encoder-epochs N` instead fine-tunes the encoder layers together with the head,
-`finetune.py`; CV did not favour it, see ENCODER_EPOCHS), picks the refuse threshold on
+`assistant.safety.synth`), fine-tunes the lean encoder's layers together with a head
+(`finetune.py`; `--encoder-epochs 0` keeps them frozen, see ENCODER_EPOCHS), trains the
+served MLP head on that encoder's features, picks the refuse threshold on
 data/val.jsonl with the classifier as it is served, writes weights/ (head, thresholds,
 tuned layers if any) and prints the validation report.
 `--cv K` instead prints K-fold cross-validation on the hand-written examples: that is how
-the head's size, the training lengths and fine-tuning itself were chosen. The held-out
+the head's size and the training lengths were chosen. The held-out
 data/test.jsonl is not read here: it is an exam taken once, with `assistant safety eval`,
 after the weights are final (the previous held-out split, seen too often, now sits in
 val.jsonl). Same seed, same data, same --threads -> same weights and threshold.
@@ -50,13 +50,19 @@ DROPOUT = 0.3
 HIDDEN = 64
 EPOCHS = 250
 # Epochs fine-tuning the encoder layers with the head (finetune.py); 0 keeps them frozen
-# and trains the head alone for EPOCHS full-batch epochs. Frozen, by 5-fold CV on the 2,468
-# hand-written examples (same folds; recall at 1.5% / 3% out-of-fold false positives, false
-# positives at 90% recall): frozen 3 layers 0.704 / 0.764, 11.0%; fine-tuned 4 epochs with a
-# new head, 3 layers 0.507 / 0.580, 24.6%; 2 layers 0.463 / 0.511, 30.2%; 2 epochs from a
-# head trained on the frozen features (--warm-head), 3 layers 0.715 / 0.764, 11.5%: a tie
-# with frozen, not worth 10 MB of tuned layers.
-ENCODER_EPOCHS = 0
+# and trains the head alone for EPOCHS full-batch epochs. With REFIT_HEAD the head trained
+# with the layers is then replaced by one trained on the tuned layers' features as the
+# frozen one is: ~1,000 mini-batch steps fit the 4,096 n-gram weights less well than EPOCHS
+# full-batch epochs. Chosen on val.jsonl (3 layers, training read in windows, served
+# bfloat16 encoder; recall at <= 1.5% false positives / false positives at 95% recall,
+# seed 13 then seed 1): frozen 0.939 / 2.2%, 0.916 / 2.9% (seed 2 0.939 / 2.4%);
+# fine-tuned 4 epochs with a new head 0.816 / 7.1%, 0.812 / 8.3%; the same layers with the
+# head refit 0.950 / 1.5%, 0.962 / 1.2%; 3 epochs from a head trained on the frozen
+# features (--warm-head) 0.946 / 1.7%, 0.935 / 2.2% (head refit 0.931 / 2.0%, seed 1).
+# More layers were not tried: with 4 a 500-character input already takes ~15 ms at p95.
+# An earlier 5-fold CV had fine-tuning lose with a new head (its head was never refit).
+ENCODER_EPOCHS = 4
+REFIT_HEAD = True
 
 
 def prepare_all(examples: list[Example]) -> list[Prepared]:
@@ -222,8 +228,14 @@ def cross_validate(
                 args.encoder_epochs,
                 head=start,
             )
+            head = tuned.head
+            if args.refit_head:
+                fitted = [p for p, t in zip(p_hand, train, strict=True) if t] + p_synth
+                x, owner = features(tuned.encoder, fitted, False)
+                y_fit = np.concatenate([y[train], y_synth])
+                head = fit(x, owner, y_fit, args.hidden, args.epochs, args.seed, False)
             held = [p for p, t in zip(p_hand, train, strict=True) if not t]
-            scores[~train] = text_scores(tuned.head, *features(tuned.encoder, held, False))
+            scores[~train] = text_scores(head, *features(tuned.encoder, held, False))
             continue
         rows = ~train[o_hand]
         scores[~train] = text_scores(start, x_hand[rows], o_hand[rows])
@@ -232,6 +244,7 @@ def cross_validate(
     r3, t3 = recall_at(scores, unsafe, 0.03)
     kind = f"encoder fine-tuned {args.encoder_epochs} epochs" if args.encoder_epochs else "frozen"
     kind += ", head trained first on frozen features" if args.warm_head else ""
+    kind += ", head retrained on the tuned features" if args.refit_head else ""
     print(f"{args.cv}-fold CV on {len(y)} hand-written (+{len(y_synth)} templated), {kind}:")
     print(f"recall at 1.5% FPR {r15:.3f} (threshold {t15:.3f}), at 3% FPR {r3:.3f} ({t3:.3f})")
     print(f"false positives at 90% recall {false_positives_at(scores, unsafe, 0.90):.3f}")
@@ -294,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="fine-tune from a head first trained on the frozen features (with --encoder-epochs)",
     )
+    parser.add_argument(
+        "--refit-head",
+        action=argparse.BooleanOptionalAction,
+        default=REFIT_HEAD,
+        help="after fine-tuning, train a new head on the tuned encoder's features for --epochs",
+    )
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument(
         "--cv", type=int, default=0, help="only k-fold cross-validate on train.jsonl (k >= 2)"
@@ -340,10 +359,18 @@ def main(argv: list[str] | None = None) -> int:
         )
         save_layers(tuned.encoder, args.out / ENCODER_FILE)
         weights = tuned.head
+        if args.refit_head:
+            # On the tuned layers as they are served (float16 on disk), not the float32 copy.
+            encoder = load_lean_encoder(
+                settings.embedding_model_path(), "cpu", args.layers, args.out / ENCODER_FILE, False
+            )
+            x, owner = features(encoder, p_hand + p_synth)
+            weights = fit(x, owner, y, args.hidden, args.epochs, args.seed)
         meta |= {
             "encoder": ENCODER_FILE,
             "encoder_epochs": args.encoder_epochs,
             "warm_head": args.warm_head,
+            "refit_head": args.refit_head,
         }
     else:
         (args.out / ENCODER_FILE).unlink(missing_ok=True)
