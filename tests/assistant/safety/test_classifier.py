@@ -92,10 +92,12 @@ def test_validation_has_enough_benign_examples_to_place_a_3_percent_threshold() 
 def test_held_out_split_does_not_regress(classifier) -> None:
     # A regression guard, not the target (recall >= 0.95 at <= 3% false positives),
     # which is NOT met. This split was written separately from the training and validation
-    # data; the committed head (trained on 5,188 hand-written lines from five independent
-    # authors, the threshold chosen on validation alone) reaches recall 0.877 and 4.7% false
-    # positives on it with the int8 encoder used on CPUs without bfloat16, 0.883 and 5.8%
-    # with the float32 one (validation said 0.923 at 1.5%): the floor is that, less a margin.
+    # data; the committed weights (encoder layers fine-tuned, then the head, on 5,188
+    # hand-written lines from five independent authors, the threshold chosen on validation
+    # alone) reach recall 0.915 and 4.2% false positives on it with the int8 encoder used on
+    # CPUs without bfloat16, 0.883 and 5.8% with the bfloat16 one (validation said 0.950 at
+    # 1.5%; the frozen-encoder head before them: 0.877 / 4.7% int8, 0.883 / 5.8% float32).
+    # The floors stay those of the older head, less a margin.
     examples = load_examples(DATA_DIR / "test.jsonl")
     report = score(examples, classifier.check_inputs([ex.text for ex in examples]))
     assert report.recall_unsafe >= 0.85, report.format()
