@@ -230,7 +230,15 @@ def test_sentencepiece_falls_back_to_bytes(spm: Tokenizer) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(text=UNICODE_TEXT.filter(lambda t: not t.startswith(" ") and "\u2581" not in t))
+@given(
+    # Control tokens' text ("<s>", found by this test) is read as those tokens, which decode
+    # to nothing: plain text only here.
+    text=UNICODE_TEXT.filter(
+        lambda t: (
+            not t.startswith(" ") and "\u2581" not in t and not any(s in t for s in ("<s>", "</s>"))
+        )
+    )
+)
 def test_sentencepiece_round_trips_and_streams(spm: Tokenizer, text: str) -> None:
     ids = spm.encode(text)
     assert spm.decode(ids) == text
