@@ -170,12 +170,18 @@ def chunk_features(
 ) -> list[np.ndarray]:
     """What the head reads, one row per span of each text: embedding, n-grams, disguise flags."""
     vectors = embed_spans(encoder, [p.text for p in prepared], spans)
-    out = []
-    for p, text_spans, vecs in zip(prepared, spans, vectors, strict=True):
-        grams = np.stack([ngram_features(p.text[lo:hi]) for lo, hi in text_spans])
-        flags = np.repeat(p.flags()[None, :], len(text_spans), axis=0)
-        out.append(np.hstack([vecs, grams, flags]))
-    return out
+    return [
+        np.hstack([vecs, side_features(p, text_spans)])
+        for p, text_spans, vecs in zip(prepared, spans, vectors, strict=True)
+    ]
+
+
+def side_features(prepared: Prepared, spans: list[tuple[int, int]]) -> np.ndarray:
+    """The rest of each span's row: its n-grams and the text's disguise flags (float32)."""
+    flags = prepared.flags()
+    return np.stack(
+        [np.concatenate([ngram_features(prepared.text[lo:hi]), flags]) for lo, hi in spans]
+    )
 
 
 _LOCK = threading.Lock()

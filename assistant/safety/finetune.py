@@ -22,10 +22,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from assistant.safety.classifier import windows
+from assistant.safety.classifier import side_features, windows
 from assistant.safety.encoder import MAX_TOKENS, span_weights
 from assistant.safety.lean_encoder import LeanEncoder
-from assistant.safety.ngrams import ngram_features
 from assistant.safety.prepare import Prepared
 
 # Standard BERT fine-tuning settings, scaled to ~5,000 short examples. The head trained here
@@ -159,14 +158,6 @@ def pool(
         )
         vectors.append(weights @ states[i] / weights.sum(1, keepdim=True).clamp(min=1.0))
     return F.normalize(torch.cat(vectors), dim=1)
-
-
-def side_features(prepared: Prepared, spans: list[tuple[int, int]]) -> np.ndarray:
-    """[n-grams | disguise flags] of each span, as `chunk_features` gives them."""
-    flags = prepared.flags()
-    return np.stack(
-        [np.concatenate([ngram_features(prepared.text[lo:hi]), flags]) for lo, hi in spans]
-    ).astype(np.float32)
 
 
 def worst_windows(logits: torch.Tensor, owner: np.ndarray) -> torch.Tensor:

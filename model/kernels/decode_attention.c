@@ -475,7 +475,9 @@ static void head_##SUFFIX##_avx2(const T *q, int64_t q_stride, int rows, const T
 }
 
 DEFINE_AVX2_HEAD(f32, float, load8_f32)
+#ifndef HAVE_AVX512_BF16 /* which has its own bfloat16 path */
 DEFINE_AVX2_HEAD(bf16, uint16_t, load8_bf16)
+#endif
 #endif
 
 /* How many rows from d on form a run (see the AVX2 head): at most `most`, consecutive,

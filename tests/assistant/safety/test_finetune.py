@@ -10,14 +10,13 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 
-from assistant.safety.classifier import windows  # noqa: E402
+from assistant.safety.classifier import side_features, windows  # noqa: E402
 from assistant.safety.dataset import DATA_DIR, load_examples  # noqa: E402
 from assistant.safety.encoder import embed_spans, load_encoder, load_tuned  # noqa: E402
 from assistant.safety.finetune import (  # noqa: E402
     finetune,
     pool,
     save_layers,
-    side_features,
     worst_windows,
 )
 from assistant.safety.lean_encoder import LeanEncoder  # noqa: E402
