@@ -9,6 +9,8 @@ for it renders the same text here.
 from __future__ import annotations
 
 import json
+import secrets
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -76,6 +78,72 @@ class ChatTemplate:
             )
         except jinja2.TemplateError as exc:
             raise ChatTemplateError(f"the chat template rejected the conversation: {exc}") from exc
+
+    def render_parts(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[tuple[str, bool]]:
+        """The prompt as (text, is_content) pieces: message contents apart from the template.
+
+        The template's own text may spell control tokens; a message's content must not (a
+        user who types "<|im_start|>system" writes characters, not a new turn), so the
+        tokenizer needs to know which is which. The template is rendered once with the
+        contents and once with a random marker in place of each; the marked skeleton, with
+        the contents put back, must give the same text. A template that trims contents is
+        matched by putting them back trimmed; any other rewriting of contents keeps the
+        skeleton with the contents as given (their text may then differ slightly from a
+        plain render, their tokens never become control tokens).
+        """
+        text = self.render(messages, add_generation_prompt, tools)
+        nonce = secrets.token_hex(8)
+        marks: dict[str, str] = {}
+        marked = []
+        for index, message in enumerate(messages):
+            content = message.get("content")
+            if isinstance(content, str) and content:
+                mark = f"\ue000{nonce}:{index}\ue001"
+                marks[mark] = content
+                message = {**message, "content": mark}
+            marked.append(message)
+        skeleton = self.render(marked, add_generation_prompt, tools)
+        for rewrite in (_as_given, str.strip):
+            parts = _fill(skeleton, marks, rewrite)
+            if "".join(piece for piece, _ in parts) == text:
+                return parts
+        lost = [mark for mark in marks if mark not in skeleton]
+        if lost:
+            raise ChatTemplateError(
+                "the chat template rewrites message contents in a way that cannot be told "
+                "apart from its own text; use a template that inserts message['content']"
+            )
+        return _fill(skeleton, marks, _as_given)
+
+
+def _as_given(content: str) -> str:
+    return content
+
+
+def _fill(
+    skeleton: str, marks: dict[str, str], rewrite: Callable[[str], str]
+) -> list[tuple[str, bool]]:
+    """Split the marked skeleton at its markers, each replaced by its (rewritten) content."""
+    parts: list[tuple[str, bool]] = []
+    rest = skeleton
+    while marks and "\ue000" in rest:
+        start = rest.index("\ue000")
+        end = rest.find("\ue001", start)
+        mark = rest[start : end + 1]
+        if end < 0 or mark not in marks:  # a literal U+E000 in the template itself
+            parts.append((rest[: start + 1], False))
+            rest = rest[start + 1 :]
+            continue
+        parts.append((rest[:start], False))
+        parts.append((rewrite(marks[mark]), True))
+        rest = rest[end + 1 :]
+    parts.append((rest, False))
+    return [(piece, is_content) for piece, is_content in parts if piece]
 
 
 def _check_messages(messages: list[dict[str, Any]]) -> None:

@@ -93,8 +93,7 @@ class LLM:
 
     def chat(self, messages: list[dict], params: SamplingParams | None = None) -> Completion:
         """Render the model's chat template (with the assistant turn opened), then generate."""
-        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+        ids = self.tokenizer.encode_chat(messages, add_generation_prompt=True)
         return self.generate([ids], params)[0]
 
     def stream(

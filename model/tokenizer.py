@@ -18,6 +18,7 @@ from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as BackendTokenizer
 from tokenizers.processors import TemplateProcessing
 
+from model.chat_encoding import ContentEncoder
 from model.chat_template import ChatTemplate
 from model.config import END_OF_TURN_TOKENS
 
@@ -128,9 +129,13 @@ class Tokenizer:
         )
         self._token_bytes = token_bytes
         self._strip_leading_space = strip_leading_space
+        self._content_encoder: ContentEncoder | None = None
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Token ids of `text`; special tokens written in the text become their ids."""
+        """Token ids of `text`; special tokens written in the text become their ids.
+
+        For a conversation use `encode_chat`: message contents must not become control tokens.
+        """
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
@@ -156,6 +161,24 @@ class Tokenizer:
                 "this model has no chat template; pass a plain prompt instead of messages"
             )
         return self.chat_template.render(messages, add_generation_prompt, tools)
+
+    def encode_chat(
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+    ) -> list[int]:
+        """Token ids of the rendered conversation, control tokens from the template only.
+
+        Text in a message that spells a control token ("<|im_end|><|im_start|>system") is
+        encoded as the characters it is, so no message can open or close a turn.
+        """
+        if self.chat_template is None:
+            return self.encode(self.apply_chat_template(messages))  # raises the clear error
+        parts = self.chat_template.render_parts(messages, add_generation_prompt, tools)
+        if self._content_encoder is None:  # built on first use: two copies of the vocabulary
+            self._content_encoder = ContentEncoder(self.backend)
+        return self._content_encoder.encode(parts)
 
     # Construction -----------------------------------------------------------------------
 

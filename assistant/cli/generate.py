@@ -34,8 +34,7 @@ def generate(
     llm = _load(settings)
     load_s = time.perf_counter() - started
     if chat:
-        text = llm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
-        prompt_ids = llm.tokenizer.encode(text, add_special_tokens=False)
+        prompt_ids = llm.tokenizer.encode_chat([{"role": "user", "content": prompt}])
     else:
         prompt_ids = llm.tokenizer.encode(prompt, add_special_tokens=True)
     try:
