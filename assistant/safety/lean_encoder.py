@@ -159,6 +159,7 @@ class LeanEncoder:
         self.tokenizer = tokenizer
         assert config.hidden_act == "gelu" and config.position_embedding_type == "absolute"
         self.device, self.dtype = device, dtype
+        self.int8 = int8 and device.type == "cpu" and dtype == torch.float32
         self.heads = config.num_attention_heads
         self.eps = config.layer_norm_eps
         self.max_positions = config.max_position_embeddings
@@ -209,13 +210,27 @@ class LeanEncoder:
             self(ids, torch.ones_like(ids))
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """[batch, tokens] ids and mask -> [batch, tokens, hidden] float32 states on the CPU."""
+        """[batch, tokens] ids and mask -> [batch, tokens, hidden] float32 states on the CPU.
+
+        With int8 products each text runs on its own: their activations are quantised with
+        one scale per call, so in a batch a text's states (and its score) would depend on
+        the other texts and on the padding. Alone, every text gets what serving gives it.
+        """
+        if self.int8 and input_ids.shape[0] > 1:
+            return self._one_by_one(input_ids, attention_mask)
         batch, tokens = input_ids.shape
         padded = min(math.ceil(tokens / LENGTH_STEP) * LENGTH_STEP, self.max_positions)
         ids = F.pad(input_ids, (0, padded - tokens)).to(self.device)
         mask = F.pad(attention_mask, (0, padded - tokens)).to(self.device)
         with torch.inference_mode():
             return self.forward(ids, mask)[:, :tokens].float().cpu()
+
+    def _one_by_one(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros((*input_ids.shape, self.word.shape[1]))
+        for row, (ids, mask) in enumerate(zip(input_ids, attention_mask, strict=True)):
+            real = mask.bool()
+            out[row, real] = self(ids[real][None], mask[real][None])[0]
+        return out
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
         """Token states [batch, tokens, hidden] in the compute dtype, differentiable.
