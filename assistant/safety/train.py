@@ -9,8 +9,9 @@ tuned layers if any) and prints the validation report.
 `--cv K` instead prints K-fold cross-validation on the hand-written examples: that is how
 the head's size and the training lengths were chosen. The held-out
 data/test.jsonl is not read here: it is an exam taken once, with `assistant safety eval`,
-after the weights are final (the previous held-out split, seen too often, now sits in
-val.jsonl). Same seed, same data, same --threads -> same weights and threshold.
+after the weights are final. val.jsonl is written by an author who wrote no training line
+(earlier validation splits, once they stopped telling variants apart, joined the training
+data). Same seed, same data, same --threads -> same weights and threshold.
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ from assistant.safety.result import CATEGORIES
 from assistant.settings import Settings
 
 CLASSES = ["benign", *CATEGORIES]
-# The issue allows 3% false positives on benign requests. A threshold placed at exactly 3%
-# of ~300 benign validation examples lands on the noisy edge and overshoots on new data
-# (4.1% on the held-out split last round), so validation gets half that budget: at most
-# this share of benign validation examples may be refused.
-MAX_VAL_FALSE_POSITIVES = 0.015
+# The issue allows 3% false positives on benign requests. At most this share of benign
+# validation examples may be refused: 3% less about one standard error of the estimate
+# (~0.9 points on ~360 benign lines), so a threshold on the noisy edge does not overshoot
+# on new data. It was half the budget (1.5%) while validation was an older split whose
+# style the training lines had come to share (validation 1.2%, held-out 3.9%); val.jsonl
+# is now written by an author who wrote no training line, as test.jsonl was.
+MAX_VAL_FALSE_POSITIVES = 0.02
 BATCH = 32
 DROPOUT = 0.3
 # Chosen by 5-fold CV on train.jsonl (recall at 1.5% / 3% out-of-fold false positives):
@@ -62,7 +65,9 @@ EPOCHS = 250
 # More layers were not tried: with 4 a 500-character input already takes ~15 ms at p95.
 # An earlier 5-fold CV had fine-tuning lose with a new head (its head was never refit).
 # Those numbers are on 5,188 training lines; on 8,420 (two more authors) the default gives
-# 0.950 / 1.2% with seed 13, 0.923 / 2.0% with seed 1.
+# 0.950 / 1.2% with seed 13, 0.923 / 2.0% with seed 1. On today's validation split (a new
+# author) those weights give 0.781 / 12.7%; retrained on 13,176 lines 0.773 / 13.3%, on
+# 17,577 (six more authors in all) 0.800 / 10.0% (int8 encoder, seed 13).
 ENCODER_EPOCHS = 4
 REFIT_HEAD = True
 
