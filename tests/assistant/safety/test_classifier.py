@@ -98,7 +98,7 @@ def test_held_out_split_does_not_regress(classifier) -> None:
     # A regression guard, not the target (recall >= 0.95 at <= 3% false positives),
     # which is NOT met. This split was written separately from the training and validation
     # data. The committed weights (encoder layers fine-tuned, then the head, on 17,577
-    # hand-written lines from fifteen independent authors; the threshold placed on a
+    # hand-written lines, six more blind authors this round; the threshold placed on a
     # validation split from yet another author, at <= 2% of its benign lines refused) reach
     # recall 0.871 at 1.1% false positives with the int8 encoder (CPUs without bfloat16),
     # 0.886 at 1.1% with float32; weakest categories privacy and fraud, 0.78. Without a
