@@ -32,9 +32,13 @@ class ContentEncoder:
             if special
             else None
         )
-        self._first = _plain_copy(backend, prepend=True)
-        # SentencePiece's leading space goes only on a stretch at the very start of the text.
-        self._later = _plain_copy(backend, prepend=False)
+        self._first = _plain_copy(backend)
+        # SentencePiece's leading space goes only on a stretch at the very start of the text
+        # (byte-level BPE has none: one copy serves both).
+        self._later = self._first
+        if isinstance(self._first.pre_tokenizer, pre_tokenizers.Metaspace):
+            self._later = _plain_copy(backend)
+            self._later.pre_tokenizer.prepend_scheme = "never"
 
     def encode(self, parts: list[tuple[str, bool]]) -> list[int]:
         """Ids of the concatenated parts; control tokens only where a non-content part has one."""
@@ -71,9 +75,7 @@ class ContentEncoder:
         return backend.encode(text, add_special_tokens=False).ids
 
 
-def _plain_copy(backend: BackendTokenizer, prepend: bool) -> BackendTokenizer:
+def _plain_copy(backend: BackendTokenizer) -> BackendTokenizer:
     copy = BackendTokenizer.from_str(backend.to_str())
     copy.encode_special_tokens = True
-    if not prepend and isinstance(copy.pre_tokenizer, pre_tokenizers.Metaspace):
-        copy.pre_tokenizer.prepend_scheme = "never"
     return copy

@@ -156,11 +156,7 @@ class Tokenizer:
         add_generation_prompt: bool = True,
         tools: list[dict] | None = None,
     ) -> str:
-        if self.chat_template is None:
-            raise ValueError(
-                "this model has no chat template; pass a plain prompt instead of messages"
-            )
-        return self.chat_template.render(messages, add_generation_prompt, tools)
+        return self._template().render(messages, add_generation_prompt, tools)
 
     def encode_chat(
         self,
@@ -173,12 +169,17 @@ class Tokenizer:
         Text in a message that spells a control token ("<|im_end|><|im_start|>system") is
         encoded as the characters it is, so no message can open or close a turn.
         """
-        if self.chat_template is None:
-            return self.encode(self.apply_chat_template(messages))  # raises the clear error
-        parts = self.chat_template.render_parts(messages, add_generation_prompt, tools)
-        if self._content_encoder is None:  # built on first use: two copies of the vocabulary
+        parts = self._template().render_parts(messages, add_generation_prompt, tools)
+        if self._content_encoder is None:  # built on first use: a copy of the vocabulary
             self._content_encoder = ContentEncoder(self.backend)
         return self._content_encoder.encode(parts)
+
+    def _template(self) -> ChatTemplate:
+        if self.chat_template is None:
+            raise ValueError(
+                "this model has no chat template; pass a plain prompt instead of messages"
+            )
+        return self.chat_template
 
     # Construction -----------------------------------------------------------------------
 
