@@ -3,7 +3,7 @@
 Prints p50/p95 in milliseconds for each torch thread count, measured in this run on the
 machine as it is (a shared machine gives noisy numbers: compare runs side by side).
 `--float32` also times the float32 encoder next to the served one (int8 on CPUs without
-bfloat16), in the same run.
+bfloat16, bfloat16 on those with it), in the same run.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--float32",
         action="store_true",
-        help="also time the float32 encoder (baseline for the int8 one on CPUs without bf16)",
+        help="also time the float32 encoder (the baseline for the served int8 or bfloat16 one)",
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -48,9 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     from assistant.settings import Settings
 
     path = Settings().embedding_model_path()
-    variants = {"served": shared_classifier(path, "cpu")}
+    served = shared_classifier(path, "cpu")
+    variants = {f"served ({served.encoder.precision})": served}
     if args.float32:
-        variants["float32"] = SafetyClassifier.load(path, "cpu", int8=False)
+        variants["float32"] = SafetyClassifier.load(path, "cpu", precision="float32")
     texts = inputs(args.count)
     import torch
 

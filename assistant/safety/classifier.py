@@ -49,14 +49,15 @@ class SafetyClassifier:
         device: str | None = None,
         threads: int | None = 1,
         tuned: Path | None = None,
-        int8: bool | None = None,
+        precision: str | None = None,
     ) -> None:
         import torch
 
         self.head = head
         # `tuned`: the fine-tuned encoder layers the head was trained with (None: the model's);
-        # `int8`: int8 encoder products (None: where the CPU lacks bfloat16).
-        self.encoder = load_lean_encoder(encoder_path, device, head.layers, tuned, int8)
+        # `precision`: the encoder's products, "int8", "bfloat16" or "float32" (None: what
+        # this hardware serves: int8 where the CPU lacks bfloat16).
+        self.encoder = load_lean_encoder(encoder_path, device, head.layers, tuned, precision)
         # One torch thread (process-wide, set once: changing it per call rebuilds the thread
         # pool, which costs more than the check). On a shared CPU more threads mostly wait on
         # each other, and concurrent requests run in parallel anyway. None keeps torch's.
@@ -69,11 +70,11 @@ class SafetyClassifier:
         encoder_path: str,
         device: str | None = None,
         weights: Path = WEIGHTS_DIR,
-        int8: bool | None = None,
+        precision: str | None = None,
     ) -> SafetyClassifier:
         head = Head.load(weights)
         tuned = weights / head.meta["encoder"] if head.meta.get("encoder") else None
-        return cls(head, encoder_path, device, tuned=tuned, int8=int8)
+        return cls(head, encoder_path, device, tuned=tuned, precision=precision)
 
     def score(self, prepared: Prepared) -> Scores:
         return self.score_many([prepared])[0]
@@ -151,7 +152,7 @@ class SafetyClassifier:
             if top == "self_harm":
                 reasons.append("self-harm: answered with support and resources")
             return SafetyResult("refuse", "unsafe", scores.categories, reasons, refusal(top))
-        decision = "allow"
+        decision, response = "allow", None
         if scores.unsafe >= limits.caution:
             decision = "allow_with_caution"
             reasons.insert(
@@ -159,10 +160,16 @@ class SafetyClassifier:
                 f"classifier: unsafe {scores.unsafe:.2f} "
                 f"(caution from {limits.caution:.2f}), mostly {top}",
             )
+            if top == "self_harm":
+                # Below the refuse line the answer still goes out, but a message that leans
+                # towards self-harm gets the resources with it: an unneeded helpline number
+                # costs a line of text, a missed one can cost far more.
+                response = refusal("self_harm")
+                reasons.append("self-harm: support and resources shown with the answer")
         elif prepared.encoded:
             decision = "allow_with_caution"
             reasons.append("encoded content was decoded and looks safe")
-        return SafetyResult(decision, "safe", scores.categories, reasons)
+        return SafetyResult(decision, "safe", scores.categories, reasons, response)
 
 
 def chunk_features(

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, str, int], SentenceTransformer] = {}
-_LEAN: dict[tuple[str, str, int, str, bool], LeanEncoder] = {}
+_LEAN: dict[tuple[str, str, int, str, str], LeanEncoder] = {}
 
 
 def load_encoder(path: str, device: str | None = None, layers: int = 0) -> SentenceTransformer:
@@ -48,23 +48,21 @@ def load_lean_encoder(
     device: str | None = None,
     layers: int = 0,
     tuned: Path | None = None,
-    int8: bool | None = None,
+    precision: str | None = None,
 ) -> LeanEncoder:
     """The first `layers` layers of the shared encoder for `path`, ready for `embed_spans`.
 
     `tuned`: a safetensors file of fine-tuned layer weights to use instead of the model's.
-    `int8`: dynamic int8 linear layers; None decides by the hardware (`int8_pays`), and
-    training passes False (it needs the float32 network).
+    `precision`: "int8", "bfloat16" or "float32" (`lean_encoder.PRECISIONS`); None runs what
+    serving runs on this hardware (`served_precision`).
     """
-    import torch
-
-    from assistant.safety.lean_encoder import LeanEncoder, compute_dtype, int8_pays
+    from assistant.safety.lean_encoder import PRECISIONS, LeanEncoder, served_precision
 
     model = load_encoder(path, device)
-    quantise = int8_pays(model.device) if int8 is None else int8
-    # int8 products take float32 activations.
-    dtype = torch.float32 if quantise else compute_dtype(model.device)
-    key = (path, str(model.device), layers, str(tuned or ""), quantise)
+    precision = precision or served_precision(model.device)
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown encoder precision {precision!r}: use one of {list(PRECISIONS)}")
+    key = (path, str(model.device), layers, str(tuned or ""), precision)
     with _LOCK:
         if key not in _LEAN:
             lean = LeanEncoder(
@@ -72,9 +70,9 @@ def load_lean_encoder(
                 model.tokenizer,
                 layers,
                 model.device,
-                dtype,
+                PRECISIONS[precision],
                 tuned=load_tuned(tuned) if tuned else None,
-                int8=quantise,
+                int8=precision == "int8",
             )
             lean.warm_up(MAX_TOKENS)
             _LEAN[key] = lean

@@ -58,6 +58,17 @@ def int8_pays(device: torch.device) -> bool:
     )
 
 
+# How the encoder's products run: "int8" (dynamic, float32 around them), or in a dtype.
+PRECISIONS = {"int8": torch.float32, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def served_precision(device: torch.device) -> str:
+    """What serving runs on `device`: int8 where it pays, else bfloat16 where native."""
+    if int8_pays(device):
+        return "int8"
+    return "bfloat16" if compute_dtype(device) == torch.bfloat16 else "float32"
+
+
 def _int8_pack(weight: torch.Tensor, bias: torch.Tensor):
     """fbgemm's packed form of a float32 [out, in] weight: symmetric int8 per output row."""
     scales = (weight.abs().amax(dim=1).clamp(min=1e-8) / 127).double()
@@ -189,6 +200,13 @@ class LeanEncoder:
             )
             for i in range(count)
         ]
+
+    @property
+    def precision(self) -> str:
+        """The `PRECISIONS` name of how this encoder's products run."""
+        if self.int8:
+            return "int8"
+        return "bfloat16" if self.dtype == torch.bfloat16 else "float32"
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """The layer weights by name, live (plain, unpacked encoders only): what fine-tuning

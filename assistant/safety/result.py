@@ -24,7 +24,8 @@ class SafetyResult:
     label: str  # "safe" | "unsafe"
     categories: dict[str, float]
     reasons: list[str] = field(default_factory=list)
-    # What to show instead of (or around) the model's answer, when anything.
+    # What to show instead of the model's answer ("refuse"), or before it
+    # ("allow_with_caution" leaning towards self-harm: support and resources), when anything.
     response: str | None = None
     # The text with personal data redacted, when decision == "redact".
     redacted: str | None = None

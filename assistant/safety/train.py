@@ -208,7 +208,7 @@ def cross_validate(
         fold[members] = np.arange(len(members)) % args.cv
     scores = np.zeros(len(y))
     if not args.encoder_epochs or args.warm_head:
-        encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers, int8=False)
+        encoder = float32_encoder(settings, args.layers)
         (x_hand, o_hand), (x_synth, o_synth) = features(encoder, p_hand), features(encoder, p_synth)
     for k in tqdm(range(args.cv), desc="folds", file=sys.stderr):
         train = fold != k
@@ -264,6 +264,12 @@ def cross_validate(
 def renumber(owner: np.ndarray) -> np.ndarray:
     """Text indices 0, 1, 2... for rows of a subset of texts (rows still grouped by text)."""
     return np.cumsum(np.r_[False, owner[1:] != owner[:-1]])
+
+
+def float32_encoder(settings: Settings, layers: int, tuned: Path | None = None) -> LeanEncoder:
+    """The shared encoder in float32 on the CPU: training's features are the same on every
+    machine, whatever precision it serves in."""
+    return load_lean_encoder(settings.embedding_model_path(), "cpu", layers, tuned, "float32")
 
 
 def fresh_encoder(settings: Settings, layers: int) -> LeanEncoder:
@@ -349,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     first = None
     if not args.encoder_epochs or args.warm_head:
-        encoder = load_lean_encoder(settings.embedding_model_path(), "cpu", args.layers, int8=False)
+        encoder = float32_encoder(settings, args.layers)
         x, owner = features(encoder, p_hand + p_synth)
         first = fit(x, owner, y, args.hidden, args.epochs, args.seed)
         meta["epochs"] = args.epochs
@@ -368,9 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         weights = tuned.head
         if args.refit_head:
             # On the tuned layers as they are served (float16 on disk), not the float32 copy.
-            encoder = load_lean_encoder(
-                settings.embedding_model_path(), "cpu", args.layers, args.out / ENCODER_FILE, False
-            )
+            encoder = float32_encoder(settings, args.layers, args.out / ENCODER_FILE)
             x, owner = features(encoder, p_hand + p_synth)
             weights = fit(x, owner, y, args.hidden, args.epochs, args.seed)
             meta["epochs"] = args.epochs

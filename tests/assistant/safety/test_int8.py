@@ -19,8 +19,8 @@ from assistant.settings import Settings  # noqa: E402
 )
 def test_int8_and_float32_classifiers_agree_on_validation() -> None:
     path = Settings().embedding_model_path()
-    exact = SafetyClassifier.load(path, "cpu", int8=False)
-    int8 = SafetyClassifier.load(path, "cpu", int8=True)
+    exact = SafetyClassifier.load(path, "cpu", precision="float32")
+    int8 = SafetyClassifier.load(path, "cpu", precision="int8")
     assert exact.encoder is not int8.encoder
     texts = [ex.text for ex in load_examples(DATA_DIR / "val.jsonl")]
     a, b = exact.check_inputs(texts), int8.check_inputs(texts)
@@ -44,7 +44,7 @@ def test_int8_scores_do_not_depend_on_the_batch() -> None:
     # int8 activations get one scale per product: batched texts would share it (and the
     # padding's), so a text scored among others (threshold placement, evaluation, --file)
     # would score differently from the same text checked alone, as served.
-    int8 = SafetyClassifier.load(Settings().embedding_model_path(), "cpu", int8=True)
+    int8 = SafetyClassifier.load(Settings().embedding_model_path(), "cpu", precision="int8")
     examples = load_examples(DATA_DIR / "val.jsonl")
     texts = [ex.text for ex in examples if len(ex.text) > 200][:4] + [
         ex.text for ex in examples[:12]
