@@ -17,9 +17,9 @@ import numpy as np
 
 from assistant.safety.encoder import embed_spans, load_lean_encoder
 from assistant.safety.head import WEIGHTS_DIR, Head
-from assistant.safety.ngrams import ngram_features
+from assistant.safety.ngrams import BUCKETS, ngram_features
 from assistant.safety.pii import allowed_keys, find_pii, redact
-from assistant.safety.prepare import Prepared, prepare
+from assistant.safety.prepare import FLAG_NAMES, Prepared, prepare
 from assistant.safety.responses import OUTPUT_STOPPED, refusal
 from assistant.safety.result import CATEGORIES, SafetyResult
 
@@ -58,6 +58,12 @@ class SafetyClassifier:
         # `precision`: the encoder's products, "int8", "bfloat16" or "float32" (None: what
         # this hardware serves: int8 where the CPU lacks bfloat16).
         self.encoder = load_lean_encoder(encoder_path, device, head.layers, tuned, precision)
+        width = self.encoder.word.shape[1] + BUCKETS + len(FLAG_NAMES)
+        if head.w1.shape[0] != width:
+            raise ValueError(
+                f"the head's weights read {head.w1.shape[0]} features, this code makes {width} "
+                f"({BUCKETS} n-gram buckets): retrain with `python -m assistant.safety.train`"
+            )
         # One torch thread (process-wide, set once: changing it per call rebuilds the thread
         # pool, which costs more than the check). On a shared CPU more threads mostly wait on
         # each other, and concurrent requests run in parallel anyway. None keeps torch's.

@@ -20,6 +20,7 @@ from assistant.safety.finetune import (  # noqa: E402
     worst_windows,
 )
 from assistant.safety.lean_encoder import LeanEncoder  # noqa: E402
+from assistant.safety.ngrams import BUCKETS  # noqa: E402
 from assistant.safety.prepare import prepare  # noqa: E402
 from assistant.safety.train import CLASSES, targets, text_scores  # noqa: E402
 from assistant.settings import Settings  # noqa: E402
@@ -53,7 +54,7 @@ def test_same_seed_same_weights_and_the_layers_move(model, sample) -> None:
     before = fresh(model).tensors()
     moved = [n for n, t in a.encoder.tensors().items() if not torch.equal(t, before[n])]
     assert len(moved) == len(before)
-    assert a.head["w1"].shape == (384 + 4096 + 2, 16)
+    assert a.head["w1"].shape == (384 + BUCKETS + 2, 16)
 
 
 def test_training_lowers_the_error_on_what_it_saw(model, sample) -> None:
