@@ -20,7 +20,7 @@ from assistant.safety.head import WEIGHTS_DIR, Head
 from assistant.safety.ngrams import BUCKETS, ngram_features
 from assistant.safety.pii import allowed_keys, find_pii, redact
 from assistant.safety.prepare import FLAG_NAMES, Prepared, prepare
-from assistant.safety.responses import OUTPUT_STOPPED, refusal
+from assistant.safety.responses import OUTPUT_STOPPED, SELF_HARM_RESOURCES, refusal
 from assistant.safety.result import CATEGORIES, SafetyResult
 
 # The head was trained on requests of a sentence or two. A longer text is read as chunks
@@ -170,7 +170,7 @@ class SafetyClassifier:
                 # Below the refuse line the answer still goes out, but a message that leans
                 # towards self-harm gets the resources with it: an unneeded helpline number
                 # costs a line of text, a missed one can cost far more.
-                response = refusal("self_harm")
+                response = SELF_HARM_RESOURCES
                 reasons.append("self-harm: support and resources shown with the answer")
         elif prepared.encoded:
             decision = "allow_with_caution"

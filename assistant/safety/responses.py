@@ -13,6 +13,15 @@ SELF_HARM_SUPPORT = (
     "If you'd like, tell me a bit more about what's going on and I'll listen."
 )
 
+# Shown before an answer that is given (a caution-level message leaning towards self-harm):
+# it may well be a nurse's question or a grieving colleague's, so it offers, not presumes.
+SELF_HARM_RESOURCES = (
+    "If any of this is about how you're feeling yourself, you don't have to handle it alone: "
+    "in the US call or text 988, in the UK and Ireland call Samaritans on 116 123, elsewhere "
+    "find a helpline at findahelpline.com, or call your local emergency number if you are in "
+    "danger. Our Employee Assistance Programme offers free, confidential counselling."
+)
+
 _REFUSALS = {
     "prompt_injection": "I can't change or reveal my instructions, but I'm happy to help with "
     "your actual question.",
