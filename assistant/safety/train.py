@@ -50,7 +50,7 @@ DROPOUT = 0.3
 # Chosen by 5-fold CV on train.jsonl (recall at 1.5% / 3% out-of-fold false positives):
 # 32 units x 150 epochs 0.628 / 0.710, 64 x 250 0.694 / 0.762, 128 x 300 0.676 / 0.761.
 # With the 102 examples added since: 64 x 250 0.712 / 0.756, 64 x 400 0.673 / 0.758.
-# On 24.5k lines (six more authors) and 16,384 n-gram buckets, a head on fixed tuned-encoder
+# On 22.2k lines (four more authors) and 16,384 n-gram buckets, a head on fixed tuned-encoder
 # features scored on val.jsonl: 64 units 0.888 / 5.5%, 128 units 0.907 / 4.7% (recall at
 # 1.5% / false positives at 95% recall).
 HIDDEN = 128

@@ -205,6 +205,11 @@ def test_output_with_foreign_pii_is_redacted(classifier) -> None:
     assert result.redacted == "The travel desk is on [redacted phone] and HR is at hr@example.com."
 
 
+def test_an_unknown_precision_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="precision 'fp8'.*int8"):
+        SafetyClassifier.load(Settings().embedding_model_path(), "cpu", precision="fp8")
+
+
 def test_weights_for_another_feature_width_are_a_clear_error(classifier) -> None:
     head = dataclasses.replace(classifier.head, w1=classifier.head.w1[:-100])
     with pytest.raises(ValueError, match="n-gram buckets.*retrain"):
