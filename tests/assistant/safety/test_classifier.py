@@ -7,6 +7,7 @@ import codecs
 import copy
 import dataclasses
 
+import numpy as np
 import pytest
 
 from assistant.safety.classifier import SafetyClassifier
@@ -214,3 +215,15 @@ def test_weights_for_another_feature_width_are_a_clear_error(classifier) -> None
     head = dataclasses.replace(classifier.head, w1=classifier.head.w1[:-100])
     with pytest.raises(ValueError, match="n-gram buckets.*retrain"):
         SafetyClassifier(head, Settings().embedding_model_path(), "cpu")
+
+
+def test_the_head_reads_only_the_buckets_in_use_and_gets_the_full_product(classifier) -> None:
+    head = classifier.head
+    rng = np.random.default_rng(0)
+    x = rng.random((3, head.w1.shape[0]), dtype=np.float32)
+    x[:, 400:] *= rng.random((3, head.w1.shape[0] - 400)) < 0.02  # sparse n-grams
+    hidden = np.maximum(x @ head.w1 + head.b1, 0)
+    logits = hidden @ head.w2 + head.b2
+    full = np.exp(logits - logits.max(axis=1, keepdims=True))
+    full /= full.sum(axis=1, keepdims=True)
+    assert np.allclose(head.probabilities(x), full, atol=1e-5)
