@@ -2,8 +2,9 @@
 
 Prints p50/p95 in milliseconds for each torch thread count, measured in this run on the
 machine as it is (a shared machine gives noisy numbers: compare runs side by side).
-`--float32` also times the float32 encoder next to the served one (int8 on CPUs without
-bfloat16, bfloat16 on those with it), in the same run.
+`--compare float32 bfloat16` also times those encoder precisions next to the served one
+(`lean_encoder.served_precision`), in the same run: the baseline, and the check that the
+served choice is the fastest here. `--float32` is `--compare float32`.
 """
 
 from __future__ import annotations
@@ -38,10 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument(
-        "--float32",
-        action="store_true",
-        help="also time the float32 encoder (the baseline for the served int8 or bfloat16 one)",
+        "--compare",
+        nargs="+",
+        default=[],
+        choices=["int8", "bfloat16", "float32"],
+        help="also time these encoder precisions (float32 is the baseline)",
     )
+    parser.add_argument("--float32", action="store_true", help="same as --compare float32")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from assistant.safety.classifier import SafetyClassifier, shared_classifier
@@ -50,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     path = Settings().embedding_model_path()
     served = shared_classifier(path, "cpu")
     variants = {f"served ({served.encoder.precision})": served}
-    if args.float32:
-        variants["float32"] = SafetyClassifier.load(path, "cpu", precision="float32")
+    for precision in dict.fromkeys(args.compare + ["float32"] * args.float32):
+        if precision != served.encoder.precision:
+            variants[precision] = SafetyClassifier.load(path, "cpu", precision=precision)
     texts = inputs(args.count)
     import torch
 

@@ -56,7 +56,7 @@ class SafetyClassifier:
         self.head = head
         # `tuned`: the fine-tuned encoder layers the head was trained with (None: the model's);
         # `precision`: the encoder's products, "int8", "bfloat16" or "float32" (None: what
-        # this hardware serves: int8 where the CPU lacks bfloat16).
+        # this hardware serves: bfloat16 on AMX and CUDA, int8 on other CPUs).
         self.encoder = load_lean_encoder(encoder_path, device, head.layers, tuned, precision)
         width = self.encoder.word.shape[1] + BUCKETS + len(FLAG_NAMES)
         if head.w1.shape[0] != width:

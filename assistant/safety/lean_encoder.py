@@ -4,18 +4,18 @@ The classifier reads token states from a few encoder layers, once per text, and 
 budget is a few milliseconds on one CPU thread. The Hugging Face module spends much of that
 on dispatch and on oneDNN re-planning every new sequence length; this forward fuses Q/K/V
 into one matrix, pads lengths to a multiple of `LENGTH_STEP` (a handful of shapes, planned
-once at load), and runs in bfloat16 where the CPU multiplies it natively (AMX or
-AVX512-BF16) or on CUDA. The bfloat16 states match float32 to a cosine of about 0.9999, so
-a head trained with either reads the other.
+once at load), and runs in bfloat16 on CUDA and on CPUs with AMX. The bfloat16 states
+match float32 to a cosine of about 0.9999, so a head trained with either reads the other.
 
 On a bfloat16 CPU the weights are also packed once into oneDNN's blocked layout (plain
 `F.linear` repacks them on every call) and GELU is fused into the up-projection: together
-about 15% of the forward. On other CPUs (AVX2 only) the linear layers run as dynamic int8
-products (fbgemm: int8 weights per output channel, activations quantised per call): the
-3-layer forward of a 500-character text took 14 ms instead of 22 ms (p50, one thread, AMD
-EPYC). Token states stay within a cosine of ~0.98 of float32, their means within ~0.996,
-and the classifier's decisions on the validation split agree (test_lean_encoder.py,
-test_int8.py).
+about 15% of the forward. On CPUs without AMX the linear layers run as dynamic int8
+products (fbgemm: int8 weights per output channel, activations quantised per call,
+`int8_pays`): the 3-layer forward of a 500-character text took 14 ms instead of 22 ms in
+float32 on an AVX2-only AMD EPYC, and beat bfloat16 by ~3 ms where AVX512-BF16 is native
+but AMX is not. Token states stay within a cosine of ~0.98 of float32, their means within
+~0.996, and the classifier's decisions on the validation split agree
+(test_lean_encoder.py, test_int8.py).
 
 The layer weights come from the MiniLM model, or from a fine-tuned copy of them
 (`tuned`, saved by `assistant.safety.finetune`) while the model still provides the
@@ -50,12 +50,24 @@ def compute_dtype(device: torch.device) -> torch.dtype:
 
 
 def int8_pays(device: torch.device) -> bool:
-    """Dynamic int8 products where the CPU has no native bfloat16 and fbgemm is built in."""
+    """Dynamic int8 products on a CPU without AMX, where fbgemm is built in.
+
+    AMX multiplies bfloat16 tiles faster than fbgemm's int8 (the bfloat16 encoder met the
+    latency budget there). Without AMX, int8 wins even where bfloat16 is native: on an AMD
+    EPYC with AVX512-BF16 and AVX512-VNNI each int8 product of a 144-token text took ~0.6
+    of oneDNN's packed bfloat16 one, and a 500-character check 9.6 / 10.9 ms instead of
+    12.8 / 14.2 ms (p50 / p95, one thread).
+    """
     return (
         device.type == "cpu"
-        and not cpu_has_bf16()
+        and not cpu_has_amx()
         and "fbgemm" in torch.backends.quantized.supported_engines
     )
+
+
+def cpu_has_amx() -> bool:
+    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return bool(check and check())
 
 
 # How the encoder's products run: "int8" (dynamic, float32 around them), or in a dtype.
@@ -63,7 +75,8 @@ PRECISIONS = {"int8": torch.float32, "bfloat16": torch.bfloat16, "float32": torc
 
 
 def served_precision(device: torch.device) -> str:
-    """What serving runs on `device`: int8 where it pays, else bfloat16 where native."""
+    """What serving runs on `device`: int8 where it pays (`int8_pays`), else bfloat16 where
+    native, else float32."""
     if int8_pays(device):
         return "int8"
     return "bfloat16" if compute_dtype(device) == torch.bfloat16 else "float32"

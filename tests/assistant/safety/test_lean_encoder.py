@@ -10,7 +10,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 
 from assistant.safety.encoder import load_encoder  # noqa: E402
-from assistant.safety.lean_encoder import LeanEncoder, compute_dtype  # noqa: E402
+from assistant.safety.lean_encoder import (  # noqa: E402
+    LeanEncoder,
+    compute_dtype,
+    served_precision,
+)
 from assistant.settings import Settings  # noqa: E402
 
 TEXTS = [
@@ -70,6 +74,17 @@ def test_compute_dtype_follows_the_hardware() -> None:
     native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
     expected = torch.bfloat16 if native else torch.float32
     assert compute_dtype(torch.device("cpu")) == expected
+
+
+def test_served_precision_is_int8_unless_amx_multiplies_bfloat16() -> None:
+    cpu = torch.device("cpu")
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        expected = "bfloat16" if compute_dtype(cpu) == torch.bfloat16 else "float32"
+    elif torch.cpu._is_amx_tile_supported():
+        expected = "bfloat16"
+    else:
+        expected = "int8"  # AVX2 only, AVX512-VNNI, AVX512-BF16 without AMX alike
+    assert served_precision(cpu) == expected
 
 
 def test_int8_states_stay_close_to_float32(model) -> None:
