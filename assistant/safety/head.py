@@ -62,6 +62,10 @@ class Head:
         directory.mkdir(parents=True, exist_ok=True)
         arrays = {k: getattr(self, k).astype(np.float16) for k in ("w1", "b1", "w2", "b2")}
         np.savez_compressed(directory / "weights.npz", **arrays)
+        self.save_settings(directory)
+
+    def save_settings(self, directory: Path = WEIGHTS_DIR) -> None:
+        """weights.json alone: new thresholds leave the weights file as it was."""
         settings = {
             "classes": self.classes,
             "layers": self.layers,

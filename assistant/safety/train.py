@@ -11,7 +11,12 @@ the head's size and the training lengths were chosen. The held-out
 data/test.jsonl is not read here: it is an exam taken once, with `assistant safety eval`,
 after the weights are final. val.jsonl is written by an author who wrote no training line
 (earlier validation splits, once they stopped telling variants apart, joined the training
-data). Same seed, same data, same --threads -> same weights and threshold.
+data). val_spent.jsonl is the split before it, retired because the training lines of the
+last round were written to briefs drawn from its misses: it no longer measures anything,
+and is not read; it can join the training data at the next retrain.
+Same seed, same data, same --threads -> same weights and threshold.
+`--place-threshold` trains nothing: it tunes the threshold of the weights in --out on
+val.jsonl again (after val.jsonl changes, or for a machine that serves another precision).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from assistant.settings import Settings
 CLASSES = ["benign", *CATEGORIES]
 # The issue allows 3% false positives on benign requests. At most this share of benign
 # validation examples may be refused: 3% less about one standard error of the estimate
-# (~0.9 points on ~360 benign lines), so a threshold on the noisy edge does not overshoot
+# (~0.9 points on ~310-360 benign lines), so a threshold on the noisy edge does not overshoot
 # on new data. It was half the budget (1.5%) while validation was an older split whose
 # style the training lines had come to share (validation 1.2%, held-out 3.9%); val.jsonl
 # is now written by an author who wrote no training line, as test.jsonl was.
@@ -72,6 +77,10 @@ EPOCHS = 250
 # author) those weights give 0.781 / 12.7%; retrained on 13,176 lines 0.773 / 13.3%, on
 # 17,577 (six more authors in all) 0.800 / 10.0% (int8 encoder, seed 13); on 24,553 (six
 # more) with 16,384 n-gram buckets and 128 hidden units 0.921 / 5.0% (bfloat16, seed 13).
+# On a new blind split (619 lines, those close to training lines dropped; int8 encoder):
+# those weights 0.869 / 12.7% (recall at 2% / false positives at 95% recall), retrained on
+# 31,127 lines (six more authors) 0.872 / 7.3%. Most misses there are blatant requests in
+# scripts MiniLM's English vocabulary splits into pieces (Hebrew, Arabic, Cyrillic, CJK).
 ENCODER_EPOCHS = 4
 REFIT_HEAD = True
 
@@ -339,6 +348,11 @@ def main(argv: list[str] | None = None) -> int:
         "--save-scores", type=Path, help="with --cv: save out-of-fold scores (.npy)"
     )
     parser.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="where to write weights")
+    parser.add_argument(
+        "--place-threshold",
+        action="store_true",
+        help="train nothing: tune the threshold of the weights in --out on val.jsonl again",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -346,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     # Same seed and thread count -> same weights.
     torch.set_num_threads(args.threads)
     settings = Settings()
+    if args.place_threshold:
+        place_threshold(settings, args.out, load_examples(DATA_DIR / "val.jsonl"))
+        return 0
     hand = load_examples(DATA_DIR / "train.jsonl")
     synth = load_examples(DATA_DIR / "train_synth.jsonl")
     p_hand, p_synth = prepare_all(hand), prepare_all(synth)
@@ -395,13 +412,23 @@ def main(argv: list[str] | None = None) -> int:
     head = Head(CLASSES, args.layers, Thresholds(0.5, 0.25), **weights)
     head.meta = meta
     head.save(args.out)
-    # The threshold comes from the classifier as it is served (float16 weights, bfloat16 or
-    # int8 encoder as the CPU suits, long texts read in windows), not from training features.
-    classifier = SafetyClassifier.load(settings.embedding_model_path(), "cpu", args.out)
+    place_threshold(settings, args.out, val)
+    return 0
+
+
+def place_threshold(settings: Settings, out: Path, val: list[Example]) -> None:
+    """Tune the refuse threshold of the weights in `out` on `val`, save it, print the report.
+
+    The threshold comes from the classifier as it is served (float16 weights, the encoder
+    precision this CPU serves, long texts read in windows), not from training features.
+    """
+    classifier = SafetyClassifier.load(settings.embedding_model_path(), "cpu", out)
+    head = classifier.head
     scores = np.array([s.unsafe for s in classifier.score_many([prepare(e.text) for e in val])])
     is_unsafe = np.array([ex.label == "unsafe" for ex in val])
-    head.thresholds = classifier.head.thresholds = tune(scores, is_unsafe)
-    head.save(args.out)
+    head.thresholds = tune(scores, is_unsafe)
+    head.meta["threshold_placed_with"] = classifier.encoder.precision
+    head.save_settings(out)
     # Threshold-free numbers, to compare training variants on validation.
     recall = recall_at(scores, is_unsafe, MAX_VAL_FALSE_POSITIVES)[0]
     print(f"validation: recall {recall:.3f} at <= {MAX_VAL_FALSE_POSITIVES:.1%} false positives")
@@ -410,7 +437,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"thresholds: refuse {head.thresholds.refuse}, caution {head.thresholds.caution}")
     print("== validation (the threshold was tuned on it) ==")
     print(evaluate(val, classifier.check_input).format())
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,46 @@
+"""`train --place-threshold`: a new threshold for existing weights, tuned on validation."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("torch")
+
+from assistant.safety.classifier import SafetyClassifier  # noqa: E402
+from assistant.safety.dataset import DATA_DIR, load_examples  # noqa: E402
+from assistant.safety.head import WEIGHTS_DIR  # noqa: E402
+from assistant.safety.prepare import prepare  # noqa: E402
+from assistant.safety.train import MAX_VAL_FALSE_POSITIVES, place_threshold  # noqa: E402
+from assistant.settings import Settings  # noqa: E402
+
+
+def test_a_threshold_is_placed_within_the_budget_and_the_weights_stay(tmp_path, capsys) -> None:
+    out = shutil.copytree(WEIGHTS_DIR, tmp_path / "weights")
+    settings_file = out / "weights.json"
+    planted = {"thresholds": {"refuse": 0.5, "caution": 0.25}}
+    settings_file.write_text(json.dumps(json.loads(settings_file.read_text()) | planted))
+    val = load_examples(DATA_DIR / "val.jsonl")[:240]
+
+    place_threshold(Settings(), out, val)
+
+    placed = json.loads(settings_file.read_text())
+    refuse = placed["thresholds"]["refuse"]
+    assert refuse != 0.5 and placed["thresholds"]["caution"] == round(refuse / 2, 3)
+    assert (out / "weights.npz").read_bytes() == (WEIGHTS_DIR / "weights.npz").read_bytes()
+    classifier = SafetyClassifier.load(Settings().embedding_model_path(), "cpu", out)
+    assert placed["threshold_placed_with"] == classifier.encoder.precision
+    scores = np.array([s.unsafe for s in classifier.score_many([prepare(e.text) for e in val])])
+    unsafe = np.array([ex.label == "unsafe" for ex in val])
+    assert np.mean(scores[~unsafe] >= refuse) <= MAX_VAL_FALSE_POSITIVES
+    # One grid step lower would refuse too many benign lines or catch nothing more.
+    lower = refuse - 0.005
+    assert np.mean(scores[~unsafe] >= lower) > MAX_VAL_FALSE_POSITIVES or np.mean(
+        scores[unsafe] >= lower
+    ) == np.mean(scores[unsafe] >= refuse)
+    assert "validation: recall" in capsys.readouterr().out
