@@ -55,8 +55,9 @@ def int8_pays(device: torch.device) -> bool:
     AMX multiplies bfloat16 tiles faster than fbgemm's int8 (the bfloat16 encoder met the
     latency budget there). Without AMX, int8 wins even where bfloat16 is native: on an AMD
     EPYC with AVX512-BF16 and AVX512-VNNI each int8 product of a 144-token text took ~0.6
-    of oneDNN's packed bfloat16 one, and a 500-character check 9.6 / 10.9 ms instead of
-    12.8 / 14.2 ms (p50 / p95, one thread).
+    of oneDNN's packed bfloat16 one, and a 500-character check 9.6 / 11.1 ms instead of
+    12.5 / 14.3 ms (p50 / p95, one thread; `python -m assistant.safety.bench --compare
+    bfloat16`).
     """
     return (
         device.type == "cpu"
@@ -66,6 +67,7 @@ def int8_pays(device: torch.device) -> bool:
 
 
 def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX tiles (Intel Sapphire Rapids and later)."""
     check = getattr(torch.cpu, "_is_amx_tile_supported", None)
     return bool(check and check())
 
