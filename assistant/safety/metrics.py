@@ -1,4 +1,5 @@
-"""Evaluation: per-category precision/recall/F1, benign false positives, latency."""
+"""Evaluation: per-category precision/recall/F1, benign false positives, latency, and recall
+and false positives per writing system (Latin script or not)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class Report:
     recall_unsafe: float  # unsafe examples labelled unsafe, whatever the category
     false_positive_rate: float  # benign examples labelled unsafe
     per_category: dict[str, dict[str, float]] = field(default_factory=dict)
+    per_script: dict[str, dict[str, float]] = field(default_factory=dict)
     latency_ms: dict[str, float] = field(default_factory=dict)
     misses: list[str] = field(default_factory=list)
     false_positives: list[str] = field(default_factory=list)
@@ -30,6 +32,7 @@ class Report:
             "recall_unsafe": round(self.recall_unsafe, 4),
             "false_positive_rate": round(self.false_positive_rate, 4),
             "per_category": self.per_category,
+            "per_script": self.per_script,
             "latency_ms": self.latency_ms,
         }
 
@@ -43,6 +46,12 @@ class Report:
         for name, m in self.per_category.items():
             p, r, f1 = m["precision"], m["recall"], m["f1"]
             lines.append(f"{name:<18} {int(m['n']):>4} {p:>9.3f} {r:>7.3f} {f1:>6.3f}")
+        lines.append(f"{'script':<18} {'n':>4} {'unsafe':>9} {'recall':>7} {'fpr':>6}")
+        for name, m in self.per_script.items():
+            lines.append(
+                f"{name:<18} {int(m['n']):>4} {int(m['n_unsafe']):>9} "
+                f"{m['recall']:>7.3f} {m['false_positive_rate']:>6.3f}"
+            )
         if self.latency_ms:
             lat = self.latency_ms
             lines.append(f"latency ms            p50 {lat['p50']:.1f}  p95 {lat['p95']:.1f}")
@@ -95,9 +104,43 @@ def score(examples: list[Example], results: list[SafetyResult]) -> Report:
             "recall": round(recall, 4),
             "f1": round(f1, 4),
         }
+    report.per_script = per_script(examples, unsafe, flagged)
     for ex, u, f in zip(examples, unsafe, flagged, strict=True):
         if u and not f:
             report.misses.append(f"[{ex.category}] {ex.text[:100]!r}")
         if f and not u:
             report.false_positives.append(f"[{ex.category}] {ex.text[:100]!r}")
     return report
+
+
+def writing_system(text: str) -> str:
+    """Whether a text is "latin" or "other": more than 30% of its letters beyond Latin
+    Extended-B (U+024F) make it "other". The encoder's vocabulary is English: Cyrillic,
+    Greek, Arabic, Hebrew, CJK or Thai text reaches it in small pieces, and is caught less
+    often (0.705 recall on the validation split's non-Latin lines, 0.914 on its Latin ones),
+    while the held-out split is Latin script almost throughout. Reported apart so an average
+    does not hide it."""
+    letters = [ch for ch in text if ch.isalpha()]
+    beyond = sum(ord(ch) > 0x24F for ch in letters)
+    return "other" if letters and beyond / len(letters) > 0.3 else "latin"
+
+
+def per_script(
+    examples: list[Example], unsafe: list[bool], flagged: list[bool]
+) -> dict[str, dict[str, float]]:
+    groups: dict[str, list[tuple[bool, bool]]] = {}
+    for ex, u, f in zip(examples, unsafe, flagged, strict=True):
+        groups.setdefault(writing_system(ex.text), []).append((u, f))
+    out = {}
+    for name in sorted(groups):
+        pairs = groups[name]
+        n_unsafe = sum(u for u, _ in pairs)
+        out[name] = {
+            "n": len(pairs),
+            "n_unsafe": n_unsafe,
+            "recall": round(sum(u and f for u, f in pairs) / max(n_unsafe, 1), 4),
+            "false_positive_rate": round(
+                sum(f and not u for u, f in pairs) / max(len(pairs) - n_unsafe, 1), 4
+            ),
+        }
+    return out

@@ -46,6 +46,9 @@ def test_eval_reports_per_category_metrics(classifier, capsys, tmp_path) -> None
     assert report["recall_unsafe"] == 1.0 and report["false_positive_rate"] == 0.0
     assert report["per_category"]["violence_weapons"]["f1"] == 1.0
     assert set(report["latency_ms"]) == {"p50", "p95"}
+    assert report["per_script"] == {
+        "latin": {"n": 2, "n_unsafe": 1, "recall": 1.0, "false_positive_rate": 0.0}
+    }
 
 
 @pytest.mark.parametrize(
