@@ -69,6 +69,12 @@ def cpu_has_bf16() -> bool:
     return bool(check and check())
 
 
+def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX tiles (Intel Sapphire Rapids and later)."""
+    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return bool(check and check())
+
+
 def packed_kernels_available(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the weight-only CPU kernels run fast here: bfloat16 on a CPU with AVX512-BF16
     (they exist elsewhere too, but with float32 activations they are slower than dense)."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from model.linear import cpu_has_bf16
+from model.linear import cpu_has_amx, cpu_has_bf16
 
 # Token counts are rounded up to this step: fewer distinct shapes to plan and cache.
 LENGTH_STEP = 16
@@ -64,12 +64,6 @@ def int8_pays(device: torch.device) -> bool:
         and not cpu_has_amx()
         and "fbgemm" in torch.backends.quantized.supported_engines
     )
-
-
-def cpu_has_amx() -> bool:
-    """Whether this CPU has AMX tiles (Intel Sapphire Rapids and later)."""
-    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    return bool(check and check())
 
 
 # How the encoder's products run: "int8" (dynamic, float32 around them), or in a dtype.

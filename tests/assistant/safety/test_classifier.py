@@ -109,7 +109,8 @@ def test_held_out_split_does_not_regress(classifier) -> None:
     # split from another blind author, at <= 2% of its benign lines refused, with the int8
     # encoder) reach recall 0.947 at 2.2% false positives with int8 (CPUs without AMX) and
     # float32, 0.944 at 1.9% with bfloat16; weakest categories violence and fraud, 0.875.
-    # Without a threshold: recall 0.962 at 3% false positives (the previous weights 0.965).
+    # Without a threshold: recall 0.962 at 3% false positives with int8, as the previous
+    # weights had (0.965 with bfloat16).
     # Floors: those numbers less a margin of a few examples.
     examples = load_examples(DATA_DIR / "test.jsonl")
     report = score(examples, classifier.check_inputs([ex.text for ex in examples]))

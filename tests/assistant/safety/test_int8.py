@@ -1,4 +1,4 @@
-"""The int8 encoder (served on CPUs without bfloat16) decides as the float32 one does."""
+"""The int8 encoder (served on CPUs without AMX) decides as the float32 one does."""
 
 from __future__ import annotations
 
