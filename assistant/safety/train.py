@@ -7,13 +7,12 @@ served MLP head on that encoder's features, picks the refuse threshold on
 data/val.jsonl with the classifier as it is served, writes weights/ (head, thresholds,
 tuned layers if any) and prints the validation report.
 `--cv K` instead prints K-fold cross-validation on the hand-written examples: that is how
-the head's size and the training lengths were chosen. The held-out
-data/test.jsonl is not read here: it is an exam taken once, with `assistant safety eval`,
-after the weights are final. val.jsonl is written by an author who wrote no training line
-(earlier validation splits, once they stopped telling variants apart, joined the training
-data). val_spent.jsonl is the split before it, retired because the training lines of the
-last round were written to briefs drawn from its misses: it no longer measures anything,
-and is not read; it can join the training data at the next retrain.
+the head's size and the training lengths were chosen. The held-out splits,
+data/test.jsonl and data/test_scripts.jsonl (sixteen languages written in non-Latin
+scripts, which test.jsonl hardly has), are not read here: they are exams taken once, with
+`assistant safety eval`, after the weights are final. val.jsonl is written by an author who
+wrote no training line (earlier validation splits, once they stopped telling variants
+apart or once briefs had been drawn from their misses, joined the training data).
 Same seed, same data, same --threads -> same weights and threshold.
 `--place-threshold` trains nothing: it tunes the threshold of the weights in --out on
 val.jsonl again (after val.jsonl changes, or for a machine that serves another precision).

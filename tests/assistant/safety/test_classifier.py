@@ -79,14 +79,16 @@ def test_held_out_split_is_never_trained_on() -> None:
     }
     val = {ex.text for ex in load_examples(DATA_DIR / "val.jsonl")}
     test = {ex.text for ex in load_examples(DATA_DIR / "test.jsonl")}
-    assert not test & train and not val & train
-    assert not test & val
-    assert len(test) >= 600 and len(train) >= 600
+    scripts = {ex.text for ex in load_examples(DATA_DIR / "test_scripts.jsonl")}
+    assert not test & train and not val & train and not scripts & train
+    assert not test & val and not scripts & val and not scripts & test
+    assert len(test) >= 600 and len(scripts) >= 500 and len(train) >= 600
 
 
 def test_no_training_example_is_a_near_copy_of_a_held_out_one() -> None:
     val = [ex.text for ex in load_examples(DATA_DIR / "val.jsonl")]
-    held_out = NearDuplicates([*TEST_SPLIT, *val])
+    scripts = [ex.text for ex in load_examples(DATA_DIR / "test_scripts.jsonl")]
+    held_out = NearDuplicates([*TEST_SPLIT, *val, *scripts])
     close = [
         (ex.text, held_out.closest(ex.text))
         for name in ("train.jsonl", "train_synth.jsonl")
