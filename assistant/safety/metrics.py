@@ -115,10 +115,11 @@ def score(examples: list[Example], results: list[SafetyResult]) -> Report:
 def writing_system(text: str) -> str:
     """Whether a text is "latin" or "other": more than 30% of its letters beyond Latin
     Extended-B (U+024F) make it "other". The encoder's vocabulary is English: Cyrillic,
-    Greek, Arabic, Hebrew, CJK or Thai text reaches it in small pieces, and is caught less
-    often (0.705 recall on the validation split's non-Latin lines, 0.914 on its Latin ones),
-    while the held-out split is Latin script almost throughout. Reported apart so an average
-    does not hide it."""
+    Greek, Arabic, Hebrew, CJK or Thai text reaches it in small pieces or as [UNK], and is
+    caught less often (validation: 0.770 recall on its non-Latin lines, 0.930 on its Latin
+    ones; data/test_scripts.jsonl, all non-Latin: 0.692 at 11% false positives), while
+    test.jsonl is Latin script almost throughout. Reported apart so an average does not
+    hide it."""
     letters = [ch for ch in text if ch.isalpha()]
     beyond = sum(ord(ch) > 0x24F for ch in letters)
     return "other" if letters and beyond / len(letters) > 0.3 else "latin"

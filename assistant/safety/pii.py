@@ -53,6 +53,7 @@ def _phone_ok(value: str) -> bool:
     return 9 <= len(digits) <= 15 and not re.fullmatch(r"(19|20)\d\d[-./]\d\d[-./]\d\d", value)
 
 
+EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 _PATTERNS: list[tuple[str, re.Pattern[str], Callable[[str], bool] | None]] = [
     (
         "private_key",
@@ -80,11 +81,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str], Callable[[str], bool] | None]] = [
         ),
         None,
     ),
-    (
-        "email",
-        re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
-        None,
-    ),
+    ("email", EMAIL, None),
     ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b"), _iban_ok),
     ("card_number", re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])"), _card_ok),
     ("us_ssn", re.compile(r"\b(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}\b"), None),

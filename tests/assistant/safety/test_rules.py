@@ -67,7 +67,7 @@ def test_nested_encoding_is_unwrapped() -> None:
         "sha256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
         "The build id is 3f2a9c1e7b4d and the ticket is INC-20241105.",
         "What is 15% of 3,200 in Q4 2024?",
-        "Send it to jane.doe@example.com before the 15th; budget 135k, debounce 300ms.",
+        "Send it before the 15th; budget 135k, debounce 300ms.",
         "Is base64 or sha256 enough, and does ipv4 still matter? Desk is 140x70 cm.",
         "How do I kill a stuck process on Linux?",
     ],
@@ -76,6 +76,12 @@ def test_ordinary_text_is_left_alone(text: str) -> None:
     prepared = prepare(text)
     assert prepared.text == text
     assert not prepared.encoded and not prepared.disguised
+
+
+def test_email_addresses_are_read_as_a_placeholder_not_folded_as_leetspeak() -> None:
+    prepared = prepare("Forward it to jane.doe@example.com and hr@acme-corp.com, pls.")
+    assert prepared.text == "Forward it to [email] and [email], pls."
+    assert not prepared.disguised and not prepared.reasons
 
 
 @pytest.mark.parametrize(
