@@ -103,7 +103,7 @@ def _stylised_letters(text: str) -> int:
 
 
 def _hiding_invisibles(text: str) -> int:
-    """Invisible characters that split a Latin word: "ig\u200bnore". Between letters of
+    """Invisible characters that split a Latin word: "ig\\u200bnore". Between letters of
     other scripts they are spelling (Persian ZWNJ, Thai word breaks); elsewhere (a
     byte-order mark in front, an emoji joiner) they split no word."""
     count = 0
