@@ -21,9 +21,9 @@ from assistant.safety.dataset import DATA_DIR, load_examples
 
 LENGTH = 500
 # The held-out split's mix of languages: its 500-character texts are 132 / 154 tokens
-# (p50 / p95). The current validation split, 45% non-English with many scripts MiniLM's
-# vocabulary splits finely (Hebrew, Arabic, Thai, CJK), gives 170 / 215: pass it as
-# --source to time that heavier mix.
+# (p50 / p95). data/test_scripts.jsonl, all in non-Latin scripts that MiniLM's vocabulary
+# reads about a character a token (Cyrillic, Arabic, Greek, Bengali), gives ~324 tokens at
+# p50: pass it as --source to time that heavier mix.
 SOURCE = DATA_DIR / "test.jsonl"
 
 

@@ -26,7 +26,6 @@ _OVERRIDES = re.compile("[\u202d\u202e]")
 _RTL = re.compile("[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefc]")
 _CJK = re.compile("[\u3000-\u30ff\u3400-\u9fff\uac00-\ud7af\uff66-\uff9f]")
 _FULLWIDTH_LETTER = re.compile("[\uff21-\uff3a\uff41-\uff5a]")
-_ASCII_LETTER = re.compile("[A-Za-z]")
 _TAGS = re.compile("[\U000e0000-\U000e007f]+")
 
 # Cyrillic and Greek letters that render like Latin ones.
@@ -97,7 +96,7 @@ def _stylised_letters(text: str) -> int:
     for ch in text:
         if ch.isascii() or (skip_fullwidth and _FULLWIDTH_LETTER.match(ch)):
             continue
-        if _ASCII_LETTER.fullmatch(unicodedata.normalize("NFKC", ch)):
+        if _LATIN.fullmatch(unicodedata.normalize("NFKC", ch)):
             count += 1
     return count if count >= 2 else 0
 
@@ -142,23 +141,22 @@ def _fold_words(text: str, reasons: list[str]) -> str:
     text = _WORD.sub(fold_script, text)
     if homoglyphs:
         reasons.append(f"look-alike letters were folded in {homoglyphs} word(s)")
-    words = [m.group() for m in _LEET_WORD.finditer(text)]
-    leet = sum(not _ORDINARY_SHAPE.fullmatch(w) for w in words)
-    if leet >= 2:
-        # In a text written in leetspeak, the ordinary shapes and the all-digit words are
-        # disguised too ("4ll", "4", "50").
-        text = _LEET_WORD.sub(lambda m: m.group().translate(_LEET), text)
+    leet = sum(not _ORDINARY_SHAPE.fullmatch(m.group()) for m in _LEET_WORD.finditer(text))
+    if not leet:
+        return text
+    # In a text written in leetspeak, the ordinary shapes and the all-digit words are
+    # disguised too ("4ll", "4", "50").
+    everything = leet >= 2
+
+    def fold(match: re.Match[str]) -> str:
+        word = match.group()
+        return word if _ORDINARY_SHAPE.fullmatch(word) and not everything else word.translate(_LEET)
+
+    text = _LEET_WORD.sub(fold, text)
+    if everything:
         text = _LEET_NUMBER.sub(lambda m: m.group().translate(_LEET), text)
-    elif leet:
-        text = _LEET_WORD.sub(_fold_unless_ordinary, text)
-    if leet:
-        reasons.append(f"leetspeak was folded in {leet} word(s)")
+    reasons.append(f"leetspeak was folded in {leet} word(s)")
     return text
-
-
-def _fold_unless_ordinary(match: re.Match[str]) -> str:
-    word = match.group()
-    return word if _ORDINARY_SHAPE.fullmatch(word) else word.translate(_LEET)
 
 
 def _join_spelled_out(text: str, reasons: list[str]) -> str:

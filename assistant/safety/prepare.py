@@ -43,11 +43,10 @@ def prepare(text: str) -> Prepared:
     reasons = cleaned.reasons + decoded.reasons
     folded_reasons: list[str] = []
     # Decoded payloads may themselves hide disguises, so fold after decoding; addresses are
-    # set aside first (leetspeak would read "hr@acme-corp" as "hraacme"), and again after
-    # (an address that only folding reveals).
+    # set aside first (leetspeak would read "hr@acme-corp" as "hraacme").
     folded = fold_disguises(EMAIL.sub(EMAIL_PLACEHOLDER, decoded.text), folded_reasons)
     return Prepared(
-        text=EMAIL.sub(EMAIL_PLACEHOLDER, folded),
+        text=folded,
         reasons=reasons + folded_reasons,
         disguised=bool(cleaned.reasons or folded_reasons),
         encoded=bool(decoded.payloads),
