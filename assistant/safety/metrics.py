@@ -1,9 +1,11 @@
 """Evaluation: per-category precision/recall/F1, benign false positives, latency, and recall
-and false positives per writing system (Latin script or not)."""
+and false positives per writing system (Latin, Cyrillic, Arabic, Han...)."""
 
 from __future__ import annotations
 
 import time
+import unicodedata
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -113,16 +115,31 @@ def score(examples: list[Example], results: list[SafetyResult]) -> Report:
 
 
 def writing_system(text: str) -> str:
-    """Whether a text is "latin" or "other": more than 30% of its letters beyond Latin
-    Extended-B (U+024F) make it "other". The encoder's vocabulary is English: Cyrillic,
-    Greek, Arabic, Hebrew, CJK or Thai text reaches it in small pieces or as [UNK], and is
-    caught less often (validation: 0.770 recall on its non-Latin lines, 0.930 on its Latin
-    ones; data/test_scripts.jsonl, all non-Latin: 0.692 at 11% false positives), while
-    test.jsonl is Latin script almost throughout. Reported apart so an average does not
-    hide it."""
+    """"latin", or the writing system of a text whose letters are mostly beyond Latin
+    ("cyrillic", "arabic", "han", "kana", "hangul", "thai", "georgian", ...): more than 30% of
+    its letters beyond Latin Extended-B (U+024F) make it the commonest script among those.
+    The encoder's vocabulary is English: these scripts reach it in small pieces or as
+    [UNK] (Thai 53% of tokens, Han 56%), and are caught less often (validation: 0.770
+    recall on non-Latin lines, 0.930 on Latin ones), while test.jsonl is Latin script
+    almost throughout. Reported apart so an average does not hide them."""
     letters = [ch for ch in text if ch.isalpha()]
-    beyond = sum(ord(ch) > 0x24F for ch in letters)
-    return "other" if letters and beyond / len(letters) > 0.3 else "latin"
+    beyond = [ch for ch in letters if ord(ch) > 0x24F]
+    if not letters or len(beyond) / len(letters) <= 0.3:
+        return "latin"
+    counts = Counter(_script(ch) for ch in beyond)
+    commonest = counts.most_common(1)[0][0]
+    # Japanese writes Han with kana, Chinese never uses kana: Han among kana is Japanese.
+    return "kana" if commonest == "han" and counts["kana"] else commonest
+
+
+def _script(letter: str) -> str:
+    """The script of one letter, from its Unicode name: "CYRILLIC SMALL LETTER A" ->
+    "cyrillic"."""
+    word = unicodedata.name(letter, "other").split()[0].lower()
+    return _SCRIPT_NAMES.get(word, word)
+
+
+_SCRIPT_NAMES = {"cjk": "han", "hiragana": "kana", "katakana": "kana", "halfwidth": "kana"}
 
 
 def _per_script(
