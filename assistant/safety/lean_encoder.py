@@ -242,8 +242,9 @@ class LeanEncoder:
         With int8 products each text runs on its own: their activations are quantised with
         one scale per call, so in a batch a text's states (and its score) would depend on
         the other texts and on the padding. Alone, every text gets what serving gives it.
+        Other CPU batches run row by row too when they are mostly padding (`_mostly_padding`).
         """
-        if self.int8 and input_ids.shape[0] > 1:
+        if input_ids.shape[0] > 1 and (self.int8 or self._mostly_padding(attention_mask)):
             return self._one_by_one(input_ids, attention_mask)
         batch, tokens = input_ids.shape
         padded = min(math.ceil(tokens / LENGTH_STEP) * LENGTH_STEP, self.max_positions)
@@ -251,6 +252,14 @@ class LeanEncoder:
         mask = F.pad(attention_mask, (0, padded - tokens)).to(self.device)
         with torch.inference_mode():
             return self.forward(ids, mask)[:, :tokens].float().cpu()
+
+    def _mostly_padding(self, attention_mask: torch.Tensor) -> bool:
+        """On a CPU the forward's work grows with every row's padded length. A text longer
+        than encoder.MAX_TOKENS comes as full segments plus a short last one padded to their
+        length (a 360-token text ran 512 token rows). Rows run alone when padding would be
+        over a quarter of the batch; a GPU runs the padded batch at once instead."""
+        real = int(attention_mask.sum())
+        return self.device.type == "cpu" and real < 0.75 * attention_mask.numel()
 
     def _one_by_one(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         out = torch.zeros((*input_ids.shape, self.word.shape[1]))

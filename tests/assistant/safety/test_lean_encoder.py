@@ -63,11 +63,31 @@ def test_bfloat16_states_stay_close(model) -> None:
 def test_padding_in_a_batch_does_not_change_a_text(model) -> None:
     lean = LeanEncoder(model[0].auto_model, model.tokenizer, 3, torch.device("cpu"), torch.float32)
     batch = model.tokenizer(TEXTS, padding=True, return_tensors="pt")
-    together = lean(batch["input_ids"], batch["attention_mask"])
+    with torch.inference_mode():  # the padded batch itself, never split into rows
+        together = lean.forward(batch["input_ids"], batch["attention_mask"])
     for i, text in enumerate(TEXTS):
         alone = model.tokenizer([text], return_tensors="pt")
         single = lean(alone["input_ids"], alone["attention_mask"])[0]
         assert (together[i, : single.shape[0]] - single).abs().max() < 1e-4
+
+
+def test_a_long_texts_short_last_segment_runs_without_its_padding(model) -> None:
+    lean = LeanEncoder(model[0].auto_model, model.tokenizer, 3, torch.device("cpu"), torch.float32)
+    segments = model.tokenizer(
+        [" ".join(TEXTS * 7)],  # 256 tokens and a last segment of 74
+        padding=True,
+        truncation=True,
+        max_length=256,
+        stride=32,
+        return_overflowing_tokens=True,
+        return_tensors="pt",
+    )
+    ids, mask = segments["input_ids"], segments["attention_mask"]
+    assert ids.shape[0] == 2 and lean._mostly_padding(mask)
+    assert not lean._mostly_padding(mask[:1])
+    with torch.inference_mode():
+        padded = lean.forward(ids, mask)
+    assert (lean(ids, mask) - padded)[mask.bool()].abs().max() < 1e-4
 
 
 def test_compute_dtype_follows_the_hardware() -> None:
