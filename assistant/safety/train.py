@@ -13,6 +13,10 @@ scripts, which test.jsonl hardly has), are not read here: they are exams taken o
 `assistant safety eval`, after the weights are final. val.jsonl is written by an author who
 wrote no training line (earlier validation splits, once they stopped telling variants
 apart or once briefs had been drawn from their misses, joined the training data).
+data/val_scripts.jsonl (twenty languages in non-Latin scripts, 24 lines each, by another
+author who wrote no training line) is a second validation split: the threshold is not
+placed on it, its report is printed after val.jsonl's, to compare variants on the scripts
+val.jsonl holds few lines of.
 Same seed, same data, same --threads -> same weights and threshold.
 `--place-threshold` trains nothing: it tunes the threshold of the weights in --out on
 val.jsonl again (after val.jsonl changes, or for a machine that serves another precision).
@@ -362,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     settings = Settings()
     if args.place_threshold:
-        place_threshold(settings, args.out, load_examples(DATA_DIR / "val.jsonl"))
+        place_threshold(settings, args.out, load_examples(DATA_DIR / "val.jsonl"), scripts=True)
         return 0
     hand = load_examples(DATA_DIR / "train.jsonl")
     synth = load_examples(DATA_DIR / "train_synth.jsonl")
@@ -413,11 +417,13 @@ def main(argv: list[str] | None = None) -> int:
     head = Head(CLASSES, args.layers, Thresholds(0.5, 0.25), **weights)
     head.meta = meta
     head.save(args.out)
-    place_threshold(settings, args.out, val)
+    place_threshold(settings, args.out, val, scripts=True)
     return 0
 
 
-def place_threshold(settings: Settings, out: Path, val: list[Example]) -> None:
+def place_threshold(
+    settings: Settings, out: Path, val: list[Example], scripts: bool = False
+) -> None:
     """Tune the refuse threshold of the weights in `out` on `val`, save it, print the report.
 
     The threshold comes from the classifier as it is served (float16 weights, the encoder
@@ -437,6 +443,20 @@ def place_threshold(settings: Settings, out: Path, val: list[Example]) -> None:
     print(f"validation: false positives {fp:.3f} at 95% recall")
     print(f"thresholds: refuse {head.thresholds.refuse}, caution {head.thresholds.caution}")
     print("== validation (the threshold was tuned on it) ==")
+    print(evaluate(val, classifier.check_input).format())
+    if scripts:
+        report_scripts(classifier, load_examples(DATA_DIR / "val_scripts.jsonl"))
+
+
+def report_scripts(classifier: SafetyClassifier, val: list[Example]) -> None:
+    """The second validation split's numbers (non-Latin scripts): threshold-free, then at
+    the threshold just placed, per writing system."""
+    scores = np.array([s.unsafe for s in classifier.score_many([prepare(e.text) for e in val])])
+    is_unsafe = np.array([ex.label == "unsafe" for ex in val])
+    for budget in (MAX_VAL_FALSE_POSITIVES, 0.05):
+        recall = recall_at(scores, is_unsafe, budget)[0]
+        print(f"non-Latin validation: recall {recall:.3f} at <= {budget:.0%} false positives")
+    print("== non-Latin validation (val_scripts.jsonl; nothing is tuned on it) ==")
     print(evaluate(val, classifier.check_input).format())
 
 
