@@ -115,9 +115,9 @@ def score(examples: list[Example], results: list[SafetyResult]) -> Report:
 
 
 def writing_system(text: str) -> str:
-    """"latin", or the writing system of a text whose letters are mostly beyond Latin
-    ("cyrillic", "arabic", "han", "kana", "hangul", "thai", "georgian", ...): more than 30% of
-    its letters beyond Latin Extended-B (U+024F) make it the commonest script among those.
+    """A text's writing system: "latin", or for a text with more than 30% of its letters
+    beyond Latin Extended-B (U+024F) the commonest script among those ("cyrillic", "arabic",
+    "han", "kana", "hangul", "thai", "georgian"...).
     The encoder's vocabulary is English: these scripts reach it in small pieces or as
     [UNK] (Thai 53% of tokens, Han 56%), and are caught less often (validation: 0.770
     recall on non-Latin lines, 0.930 on Latin ones), while test.jsonl is Latin script
