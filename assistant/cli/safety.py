@@ -71,8 +71,6 @@ def eval_(
     ),
 ) -> None:
     """Precision/recall/F1 per category, benign false positive rate, latency p50/p95."""
-    from tqdm import tqdm
-
     from assistant.safety.dataset import load_examples
     from assistant.safety.metrics import evaluate
 
@@ -83,8 +81,7 @@ def eval_(
         raise fail(f"{file} has no examples")
     classifier = _classifier(threads or None)
     classifier.check_input("warm up")
-    progress = tqdm(examples, desc="eval", file=sys.stderr)
-    report = evaluate(list(progress), classifier.check_input)
+    report = evaluate(examples, classifier.check_input, progress=True)
     typer.echo(json.dumps(report.to_dict()) if as_json else report.format())
 
 

@@ -3,6 +3,7 @@ and false positives per writing system (Latin, Cyrillic, Arabic, Han...)."""
 
 from __future__ import annotations
 
+import sys
 import time
 import unicodedata
 from collections import Counter
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from tqdm import tqdm
 
 from assistant.safety.dataset import Example
 from assistant.safety.result import CATEGORIES, SafetyResult
@@ -62,10 +64,12 @@ class Report:
         return "\n".join(lines)
 
 
-def evaluate(examples: list[Example], check: Callable[[str], SafetyResult]) -> Report:
-    """Run `check` on every example, timing each call."""
+def evaluate(
+    examples: list[Example], check: Callable[[str], SafetyResult], progress: bool = False
+) -> Report:
+    """Run `check` on every example, timing each call (with a progress bar on stderr)."""
     results, seconds = [], []
-    for ex in examples:
+    for ex in tqdm(examples, desc="eval", file=sys.stderr, disable=not progress):
         start = time.perf_counter()
         results.append(check(ex.text))
         seconds.append(time.perf_counter() - start)

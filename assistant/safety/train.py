@@ -447,7 +447,7 @@ def place_threshold(
     print(f"validation: false positives {fp:.3f} at 95% recall")
     print(f"thresholds: refuse {head.thresholds.refuse}, caution {head.thresholds.caution}")
     print("== validation (the threshold was tuned on it) ==")
-    print(evaluate(val, classifier.check_input).format())
+    print(evaluate(val, classifier.check_input, progress=True).format())
     if scripts:
         report_scripts(classifier, load_examples(DATA_DIR / "val_scripts.jsonl"))
 
@@ -461,7 +461,7 @@ def report_scripts(classifier: SafetyClassifier, val: list[Example]) -> None:
         recall = recall_at(scores, is_unsafe, budget)[0]
         print(f"non-Latin validation: recall {recall:.3f} at <= {budget:.0%} false positives")
     print("== non-Latin validation (val_scripts.jsonl; nothing is tuned on it) ==")
-    print(evaluate(val, classifier.check_input).format())
+    print(evaluate(val, classifier.check_input, progress=True).format())
 
 
 if __name__ == "__main__":
