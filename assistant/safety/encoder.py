@@ -11,12 +11,14 @@ the model's own).
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
+    import torch
     from sentence_transformers import SentenceTransformer
 
     from assistant.safety.lean_encoder import LeanEncoder
@@ -104,16 +106,31 @@ MAX_TOKENS = 256
 _STRIDE = 32
 
 
-def embed_spans(
-    encoder: LeanEncoder, texts: list[str], spans: list[list[tuple[int, int]]]
-) -> list[np.ndarray]:
-    """For each text, one L2-normalised embedding per character span, from ONE encoder pass.
+@dataclass(slots=True)
+class Segments:
+    """Texts tokenized as the classifier reads them: a text longer than MAX_TOKENS becomes
+    segments of MAX_TOKENS overlapping by _STRIDE, one row each, padded to the longest."""
 
-    The whole text goes through the encoder once (in segments when it is longer than
-    MAX_TOKENS) and each span's vector is the mean of the token states inside it, so
-    chunks of a long text cost no extra encoder work.
-    """
-    batch = encoder.tokenizer(
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    owner: list[int]  # the text of each row
+    starts: np.ndarray  # [rows, tokens] character offsets of each token
+    ends: np.ndarray
+    real: np.ndarray  # neither a special token nor padding
+
+    def pooling(self, text: int, spans: list[tuple[int, int]]) -> tuple[list[int], np.ndarray]:
+        """The rows of text number `text`, and which of their tokens (rows run together)
+        each span pools: the token states of those rows, reshaped to [-1, hidden], times
+        these weights give the span sums."""
+        rows = [r for r, o in enumerate(self.owner) if o == text]
+        weights = span_weights(
+            self.starts[rows].ravel(), self.ends[rows].ravel(), self.real[rows].ravel(), spans
+        )
+        return rows, weights
+
+
+def segments(tokenizer, texts: list[str]) -> Segments:
+    batch = tokenizer(
         texts,
         padding=True,
         truncation=True,
@@ -123,18 +140,34 @@ def embed_spans(
         return_offsets_mapping=True,
         return_tensors="pt",
     )
-    offsets = batch.pop("offset_mapping")
-    owner = batch.pop("overflow_to_sample_mapping").tolist()
-    states = encoder(batch["input_ids"], batch["attention_mask"]).numpy()
-    starts, ends = offsets[..., 0].numpy(), offsets[..., 1].numpy()
-    real = (ends > starts) & batch["attention_mask"].numpy().astype(bool)  # no special/padding
+    offsets = batch["offset_mapping"].numpy()
+    starts, ends = offsets[..., 0], offsets[..., 1]
+    mask = batch["attention_mask"]
+    return Segments(
+        input_ids=batch["input_ids"],
+        attention_mask=mask,
+        owner=batch["overflow_to_sample_mapping"].tolist(),
+        starts=starts,
+        ends=ends,
+        real=(ends > starts) & mask.numpy().astype(bool),
+    )
+
+
+def embed_spans(
+    encoder: LeanEncoder, texts: list[str], spans: list[list[tuple[int, int]]]
+) -> list[np.ndarray]:
+    """For each text, one L2-normalised embedding per character span, from ONE encoder pass.
+
+    The whole text goes through the encoder once (in segments when it is longer than
+    MAX_TOKENS) and each span's vector is the mean of the token states inside it, so
+    chunks of a long text cost no extra encoder work.
+    """
+    segs = segments(encoder.tokenizer, texts)
+    states = encoder(segs.input_ids, segs.attention_mask).numpy()
     out: list[np.ndarray] = []
     for i, text_spans in enumerate(spans):
-        rows = [r for r, o in enumerate(owner) if o == i]
+        rows, weights = segs.pooling(i, text_spans)
         tokens = states[rows].reshape(-1, states.shape[-1])
-        weights = span_weights(
-            starts[rows].ravel(), ends[rows].ravel(), real[rows].ravel(), text_spans
-        )
         vectors = (weights @ tokens) / np.maximum(weights.sum(axis=1, keepdims=True), 1.0)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         out.append(vectors / np.where(norms > 0, norms, 1.0))

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from assistant.safety.classifier import side_features, windows
-from assistant.safety.encoder import MAX_TOKENS, span_weights
+from assistant.safety.encoder import segments
 from assistant.safety.lean_encoder import LeanEncoder
 from assistant.safety.prepare import Prepared
 
@@ -136,27 +136,16 @@ def pool(
     encoder: LeanEncoder, texts: list[str], spans: list[list[tuple[int, int]]], dropout: float = 0.0
 ) -> torch.Tensor:
     """L2-normalised mean of the token states in each span of each text, rows grouped by
-    text: what `embed_spans` computes, differentiable. Training texts fit in MAX_TOKENS
-    (the longest is ~150 tokens), so the segments `embed_spans` reads longer ones in are
-    not needed here."""
-    batch = encoder.tokenizer(
-        texts,
-        padding=True,
-        truncation=True,
-        max_length=MAX_TOKENS,
-        return_offsets_mapping=True,
-        return_tensors="pt",
-    )
-    offsets = batch["offset_mapping"].numpy()
-    # Special tokens and padding have empty offsets: they are attended to, not pooled.
-    real = (offsets[..., 1] > offsets[..., 0]) & batch["attention_mask"].numpy().astype(bool)
-    states = encoder.forward(batch["input_ids"], batch["attention_mask"], dropout)
+    text: what `embed_spans` computes (long texts read in the same segments), differentiable.
+    """
+    segs = segments(encoder.tokenizer, texts)
+    states = encoder.forward(segs.input_ids, segs.attention_mask, dropout)
     vectors = []
     for i, text_spans in enumerate(spans):
-        weights = torch.from_numpy(
-            span_weights(offsets[i, :, 0], offsets[i, :, 1], real[i], text_spans)
-        )
-        vectors.append(weights @ states[i] / weights.sum(1, keepdim=True).clamp(min=1.0))
+        rows, weights = segs.pooling(i, text_spans)
+        tokens = states[rows].reshape(-1, states.shape[-1])
+        w = torch.from_numpy(weights)
+        vectors.append(w @ tokens / w.sum(1, keepdim=True).clamp(min=1.0))
     return F.normalize(torch.cat(vectors), dim=1)
 
 

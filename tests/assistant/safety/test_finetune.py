@@ -12,7 +12,12 @@ torch = pytest.importorskip("torch")
 
 from assistant.safety.classifier import side_features, windows  # noqa: E402
 from assistant.safety.dataset import DATA_DIR, load_examples  # noqa: E402
-from assistant.safety.encoder import embed_spans, load_encoder, load_tuned  # noqa: E402
+from assistant.safety.encoder import (  # noqa: E402
+    MAX_TOKENS,
+    embed_spans,
+    load_encoder,
+    load_tuned,
+)
 from assistant.safety.finetune import (  # noqa: E402
     finetune,
     pool,
@@ -83,6 +88,17 @@ def test_training_pools_the_windows_the_classifier_reads(model) -> None:
     with torch.inference_mode():
         trained = pool(encoder, texts, spans).numpy()
     served = np.vstack(embed_spans(encoder, texts, spans))
+    np.testing.assert_allclose(trained, served, atol=1e-5)
+
+
+def test_training_pools_every_window_of_a_text_longer_than_a_segment(model) -> None:
+    text = " ".join(ex.text for ex in load_examples(DATA_DIR / "test_scripts.jsonl")[:6])
+    assert len(model.tokenizer(text)["input_ids"]) > MAX_TOKENS
+    spans = windows(text)
+    encoder = fresh(model)
+    with torch.inference_mode():
+        trained = pool(encoder, [text], [spans]).numpy()
+    served = embed_spans(encoder, [text], [spans])[0]
     np.testing.assert_allclose(trained, served, atol=1e-5)
 
 
