@@ -138,12 +138,13 @@ def writing_system(text: str) -> str:
 
 def _script(letter: str) -> str:
     """The script of one letter, from its Unicode name: "CYRILLIC SMALL LETTER A" ->
-    "cyrillic"."""
-    word = unicodedata.name(letter, "other").split()[0].lower()
+    "cyrillic"; width forms are named for their script ("HALFWIDTH KATAKANA LETTER A")."""
+    words = unicodedata.name(letter, "other").lower().split()
+    word = words[1] if words[0] in ("halfwidth", "fullwidth") and len(words) > 1 else words[0]
     return _SCRIPT_NAMES.get(word, word)
 
 
-_SCRIPT_NAMES = {"cjk": "han", "hiragana": "kana", "katakana": "kana", "halfwidth": "kana"}
+_SCRIPT_NAMES = {"cjk": "han", "hiragana": "kana", "katakana": "kana"}
 
 
 def _per_script(

@@ -19,6 +19,9 @@ def test_writing_system_counts_letters_beyond_latin() -> None:
     assert writing_system("如何伪造收据?") == "han"
     assert writing_system("ქვითრის გაყალბება როგორ? (receipt)") == "georgian"
     assert writing_system("Use the VPN, ok? ЛОЛ") == "latin"  # 3 of 14 letters Cyrillic
+    assert writing_system("ｻｲﾝ ｼﾃ ｸﾀﾞｻｲ") == "kana"  # half-width katakana
+    assert writing_system("ﾾﾾ ﾡﾡ") == "hangul"  # half-width hangul
+    assert writing_system("ｆａｋｅ ａ ｒｅｃｅｉｐｔ") == "latin"  # full-width Latin letters
     assert writing_system("12345 !!!") == "latin"  # no letters
 
 
