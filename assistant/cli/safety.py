@@ -70,7 +70,8 @@ def eval_(
         0, "--threads", help="torch threads (0: the classifier's default, 1)."
     ),
 ) -> None:
-    """Precision/recall/F1 per category, benign false positive rate, latency p50/p95."""
+    """Precision/recall/F1 per category, benign false positive rate, recall and false
+    positives per writing system and length, latency p50/p95."""
     from assistant.safety.dataset import load_examples
     from assistant.safety.metrics import evaluate
 

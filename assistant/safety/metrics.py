@@ -1,5 +1,5 @@
 """Evaluation: per-category precision/recall/F1, benign false positives, latency, and recall
-and false positives per writing system (Latin, Cyrillic, Arabic, Han...)."""
+and false positives per writing system (Latin, Cyrillic, Arabic, Han...) and per length."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ class Report:
     false_positive_rate: float  # benign examples labelled unsafe
     per_category: dict[str, dict[str, float]] = field(default_factory=dict)
     per_script: dict[str, dict[str, float]] = field(default_factory=dict)
+    per_length: dict[str, dict[str, float]] = field(default_factory=dict)
     latency_ms: dict[str, float] = field(default_factory=dict)
     misses: list[str] = field(default_factory=list)
     false_positives: list[str] = field(default_factory=list)
@@ -37,6 +38,7 @@ class Report:
             "false_positive_rate": round(self.false_positive_rate, 4),
             "per_category": self.per_category,
             "per_script": self.per_script,
+            "per_length": self.per_length,
             "latency_ms": self.latency_ms,
         }
 
@@ -50,12 +52,13 @@ class Report:
         for name, m in self.per_category.items():
             p, r, f1 = m["precision"], m["recall"], m["f1"]
             lines.append(f"{name:<18} {int(m['n']):>4} {p:>9.3f} {r:>7.3f} {f1:>6.3f}")
-        lines.append(f"{'script':<18} {'n':>4} {'unsafe':>9} {'recall':>7} {'fpr':>6}")
-        for name, m in self.per_script.items():
-            lines.append(
-                f"{name:<18} {int(m['n']):>4} {int(m['n_unsafe']):>9} "
-                f"{m['recall']:>7.3f} {m['false_positive_rate']:>6.3f}"
-            )
+        for title, groups in (("script", self.per_script), ("characters", self.per_length)):
+            lines.append(f"{title:<18} {'n':>4} {'unsafe':>9} {'recall':>7} {'fpr':>6}")
+            for name, m in groups.items():
+                lines.append(
+                    f"{name:<18} {int(m['n']):>4} {int(m['n_unsafe']):>9} "
+                    f"{m['recall']:>7.3f} {m['false_positive_rate']:>6.3f}"
+                )
         if self.latency_ms:
             lat = self.latency_ms
             lines.append(f"latency ms            p50 {lat['p50']:.1f}  p95 {lat['p95']:.1f}")
@@ -109,7 +112,9 @@ def score(examples: list[Example], results: list[SafetyResult]) -> Report:
             "recall": round(recall, 4),
             "f1": round(f1, 4),
         }
-    report.per_script = _per_script(examples, pairs)
+    report.per_script = _per_group([writing_system(ex.text) for ex in examples], pairs)
+    bands = [length_band(ex.text) for ex in examples]
+    report.per_length = _per_group(bands, pairs, order=BAND_NAMES)
     for ex, u, f in zip(examples, unsafe, flagged, strict=True):
         if u and not f:
             report.misses.append(f"[{ex.category}] {ex.text[:100]!r}")
@@ -147,14 +152,28 @@ def _script(letter: str) -> str:
 _SCRIPT_NAMES = {"cjk": "han", "hiragana": "kana", "katakana": "kana"}
 
 
-def _per_script(
-    examples: list[Example], pairs: list[tuple[bool, bool]]
+# Length bands, in characters. A text over classifier.WINDOW_CHARS (160) is read as several
+# windows and the worst one decides, so long benign texts have more chances to be refused:
+# on non-Latin validation text, about half of the benign lines over 200 characters were.
+LENGTH_BANDS = ((80, "<80"), (200, "80-199"), (500, "200-499"))
+BAND_NAMES = (*(name for _, name in LENGTH_BANDS), ">=500")
+
+
+def length_band(text: str) -> str:
+    """The length band of a text: "<80", "80-199", "200-499" or ">=500" characters."""
+    return next((name for limit, name in LENGTH_BANDS if len(text) < limit), ">=500")
+
+
+def _per_group(
+    keys: list[str], pairs: list[tuple[bool, bool]], order: tuple[str, ...] = ()
 ) -> dict[str, dict[str, float]]:
+    """Recall and false positives of the (is unsafe, was flagged) pairs of each key, keys in
+    `order` if given, else by name."""
     groups: dict[str, list[tuple[bool, bool]]] = {}
-    for ex, pair in zip(examples, pairs, strict=True):
-        groups.setdefault(writing_system(ex.text), []).append(pair)
+    for key, pair in zip(keys, pairs, strict=True):
+        groups.setdefault(key, []).append(pair)
     out = {}
-    for name in sorted(groups):
+    for name in [k for k in order if k in groups] if order else sorted(groups):
         recall, false_positive_rate = _rates(groups[name])
         out[name] = {
             "n": len(groups[name]),
