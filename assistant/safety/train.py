@@ -10,9 +10,11 @@ tuned layers if any) and prints the validation report.
 the head's size and the training lengths were chosen. The held-out splits,
 data/test.jsonl and data/test_scripts.jsonl (sixteen languages written in non-Latin
 scripts, which test.jsonl hardly has), are not read here: they are exams taken once, with
-`assistant safety eval`, after the weights are final. val.jsonl is written by an author who
-wrote no training line (earlier validation splits, once they stopped telling variants
-apart or once briefs had been drawn from their misses, joined the training data).
+`assistant safety eval`, after the weights are final. val.jsonl is written by two authors
+who wrote no training line: 619 lines, then 110 pastes of 300-500 characters in Latin
+scripts, so that the threshold sees long benign texts (earlier validation splits, once they
+stopped telling variants apart or once briefs had been drawn from their misses, joined the
+training data).
 data/val_scripts.jsonl (twenty languages in non-Latin scripts, ~43 lines each, by three
 authors who wrote no training line) is a second validation split: the threshold is not
 placed on it, its report is printed after val.jsonl's, to compare variants on the scripts
@@ -99,6 +101,9 @@ EPOCHS = 250
 # val_scripts.jsonl then grew by 397 lines from two more authors, ~78% of their benign lines
 # hard negatives: there both refuse a third of the benign lines (current 32.3%, the withdrawn
 # weights 33.8%; recall 0.754 and 0.829), so neither reads non-Latin hard negatives well.
+# val.jsonl then grew by 110 long Latin-script pastes (75 benign): the committed weights
+# catch all 35 unsafe and refuse 6 benign (8%, against ~2% on shorter lines). The committed
+# threshold was placed before they were added.
 ENCODER_EPOCHS = 4
 REFIT_HEAD = True
 
