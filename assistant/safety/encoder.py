@@ -130,6 +130,8 @@ class Segments:
 
 
 def segments(tokenizer, texts: list[str]) -> Segments:
+    """Tokenize `texts` the one way serving (`embed_spans`) and training (`finetune.pool`)
+    read them."""
     batch = tokenizer(
         texts,
         padding=True,

@@ -11,7 +11,7 @@ the head's size and the training lengths were chosen. The held-out splits,
 data/test.jsonl and data/test_scripts.jsonl (sixteen languages written in non-Latin
 scripts, which test.jsonl hardly has), are not read here: they are exams taken once, with
 `assistant safety eval`, after the weights are final. val.jsonl is written by two authors
-who wrote no training line: 619 lines, then 110 pastes of 300-500 characters in Latin
+who wrote no training line: 619 lines, then 110 pastes of 306-511 characters in Latin
 scripts, so that the threshold sees long benign texts (earlier validation splits, once they
 stopped telling variants apart or once briefs had been drawn from their misses, joined the
 training data).
