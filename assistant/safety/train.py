@@ -10,9 +10,10 @@ tuned layers if any) and prints the validation report.
 the head's size and the training lengths were chosen. The held-out splits,
 data/test.jsonl and data/test_scripts.jsonl (sixteen languages written in non-Latin
 scripts, which test.jsonl hardly has), are not read here: they are exams taken once, with
-`assistant safety eval`, after the weights are final. val.jsonl is written by two authors
+`assistant safety eval`, after the weights are final. val.jsonl is written by five authors
 who wrote no training line: 619 lines, then 110 pastes of 306-511 characters in Latin
-scripts, so that the threshold sees long benign texts (earlier validation splits, once they
+scripts, so that the threshold sees long benign texts, then 362 Latin-script lines from
+three more (a fifth of them 300-500 characters) (earlier validation splits, once they
 stopped telling variants apart or once briefs had been drawn from their misses, joined the
 training data).
 data/val_scripts.jsonl (twenty languages in non-Latin scripts, ~43 lines each, by three
@@ -104,6 +105,18 @@ EPOCHS = 250
 # val.jsonl then grew by 110 long Latin-script pastes (75 benign): the committed weights
 # catch all 35 unsafe and refuse 6 benign (8%, against ~2% on shorter lines). The committed
 # threshold was placed before they were added.
+# Retrained on 42,932 lines (1,997 more, 65% benign non-Latin), int8, thresholds placed on
+# the 729-line val.jsonl (current 0.955, candidate 0.95): val.jsonl recall at 2% 0.856
+# against 0.853, false positives at 95% recall 10.3% against 8.2% (bootstrap 90% interval of
+# the difference -3.5 to +3.9 points), AUC 0.9836 against 0.9834; val_scripts.jsonl recall
+# at 5% 0.641 against 0.455 (+13 to +27 points), AUC 0.911 against 0.830, benign refused at
+# the placed threshold 3.7% against 11.8%. Not adopted: the rule set before the run capped
+# false positives at 95% recall at 8.5%. On 362 fresh Latin-script lines from three new
+# authors (then added to val.jsonl) its AUC was lower, 0.9889 against 0.9910 (interval
+# -0.0041 to -0.0002), so a second rule, set before those lines existed, rejected it too.
+# Same data and seed train the same weights, so the next candidate needs new data or method.
+# At the committed threshold (0.90) the committed weights refuse 3.3% of the 729 lines' benign
+# ones and 3.9% of the 362 fresh ones; placed on all 1,091 lines it would be 0.955.
 ENCODER_EPOCHS = 4
 REFIT_HEAD = True
 
