@@ -13,7 +13,7 @@ scripts, which test.jsonl hardly has), are not read here: they are exams taken o
 `assistant safety eval`, after the weights are final. val.jsonl is written by five authors
 who wrote no training line: 619 lines, then 110 pastes of 306-511 characters in Latin
 scripts, so that the threshold sees long benign texts, then 362 Latin-script lines from
-three more (84 of them 300-483 characters) (earlier validation splits, once they
+three more (84 of them 364-483 characters) (earlier validation splits, once they
 stopped telling variants apart or once briefs had been drawn from their misses, joined the
 training data).
 data/val_scripts.jsonl (twenty languages in non-Latin scripts, ~43 lines each, by three
