@@ -51,10 +51,14 @@ from assistant.settings import Settings
 CLASSES = ["benign", *CATEGORIES]
 # The issue allows 3% false positives on benign requests. At most this share of benign
 # validation examples may be refused: 3% less about one standard error of the estimate
-# (~0.9 points on ~310-360 benign lines), so a threshold on the noisy edge does not overshoot
-# on new data. It was half the budget (1.5%) while validation was an older split whose
-# style the training lines had come to share (validation 1.2%, held-out 3.9%); val.jsonl
-# is now written by an author who wrote no training line, as test.jsonl was.
+# (~0.9 points on the ~310-360 benign lines val.jsonl had when this was set; ~0.7 on its
+# 592 now), so a threshold on the noisy edge does not overshoot on new data. It was half the
+# budget (1.5%) while validation was an older split whose style the training lines had come
+# to share (validation 1.2%, held-out 3.9%); val.jsonl is now written by authors who wrote
+# no training line, as test.jsonl was. The committed threshold (0.90) was placed on 619 of
+# its lines (2.2% of their benign refused, int8); of the 472 added since it refuses 5.0% of
+# the benign (the 110 long pastes 8%, the 362 fresh lines 3.9%). Placed again on all 1,091
+# it would be 0.955: recall there 0.868 instead of 0.920.
 MAX_VAL_FALSE_POSITIVES = 0.02
 BATCH = 32
 DROPOUT = 0.3
@@ -105,21 +109,14 @@ EPOCHS = 250
 # val.jsonl then grew by 110 long Latin-script pastes (75 benign): the committed weights
 # catch all 35 unsafe and refuse 6 benign (8%, against ~2% on shorter lines). The committed
 # threshold was placed before they were added.
-# Retrained on 42,932 lines (1,997 more non-Latin lines, 65% benign), int8, thresholds on
-# the 729-line val.jsonl (current 0.955, candidate 0.95): val.jsonl recall at 2% 0.856
-# against 0.853, false positives at 95% recall 10.3% against 8.2% (bootstrap 90% interval of
-# the difference -3.5 to +3.9 points), AUC 0.9836 against 0.9834; val_scripts.jsonl recall
-# at 5% 0.641 against 0.455 (+13 to +27 points), AUC 0.911 against 0.830, benign refused at
-# the placed threshold 3.7% against 11.8%. Not adopted: the rule set before the run capped
-# false positives at 95% recall at 8.5%. On 362 fresh Latin-script lines from three new
-# authors (then added to val.jsonl) its AUC was lower, 0.9889 against 0.9910 (interval
-# -0.0041 to -0.0002), so a second rule, set before those lines existed, rejected it too.
-# Same data and seed train the same weights, so the next candidate needs new data or method.
-# At the committed threshold (0.90) the committed weights refuse 3.3% of the 729 lines' benign
-# ones and 3.9% of the 362 fresh ones; placed on all 1,091 lines it would be 0.955.
-# train.jsonl then grew to 44,097 lines (+1,165 from four more blind authors, 823 benign,
-# half of them 200+ characters; English, fifteen other Latin-script languages, and
-# twenty-four languages in other scripts), for the next candidate: no weights trained on it yet.
+# Retrained on 42,932 lines (1,997 more non-Latin, 65% benign), int8, thresholds placed on
+# 729 val.jsonl lines: val.jsonl the same within noise (false positives at 95% recall 10.3%
+# against 8.2%, interval of the difference -3.5 to +3.9 points); val_scripts.jsonl AUC 0.911
+# against 0.830, benign refused at the threshold 3.7% against 11.8%. Not adopted: the rule
+# set before the run capped the 10.3% at 8.5%, and on 362 fresh Latin lines (then added to
+# val.jsonl) its AUC was lower, 0.9889 against 0.9910 (interval -0.0041 to -0.0002).
+# train.jsonl then grew to 44,097 lines (+1,165, 823 benign, half 200+ characters, half
+# Latin); no weights are trained on them yet.
 ENCODER_EPOCHS = 4
 REFIT_HEAD = True
 
