@@ -10,12 +10,13 @@ tuned layers if any) and prints the validation report.
 the head's size and the training lengths were chosen. The held-out splits,
 data/test.jsonl and data/test_scripts.jsonl (sixteen languages written in non-Latin
 scripts, which test.jsonl hardly has), are not read here: they are exams taken once, with
-`assistant safety eval`, after the weights are final. val.jsonl is written by five authors
+`assistant safety eval`, after the weights are final. val.jsonl is written by seven authors
 who wrote no training line: 619 lines, then 110 pastes of 306-511 characters in Latin
 scripts, so that the threshold sees long benign texts, then 362 Latin-script lines from
-three more (84 of them 364-483 characters) (earlier validation splits, once they
-stopped telling variants apart or once briefs had been drawn from their misses, joined the
-training data).
+three more (84 of them 364-483 characters), then 299 Latin-script lines from two more
+(180 benign, two thirds of those hard negatives; 21 near copies of training lines dropped).
+Earlier validation splits, once they stopped telling variants apart or once briefs had been
+drawn from their misses, joined the training data.
 data/val_scripts.jsonl (twenty languages in non-Latin scripts, ~43 lines each, by three
 authors who wrote no training line) is a second validation split: the threshold is not
 placed on it, its report is printed after val.jsonl's, to compare variants on the scripts
@@ -51,14 +52,15 @@ from assistant.settings import Settings
 CLASSES = ["benign", *CATEGORIES]
 # The issue allows 3% false positives on benign requests. At most this share of benign
 # validation examples may be refused: 3% less about one standard error of the estimate
-# (~0.9 points on the ~310-360 benign lines val.jsonl had when this was set; ~0.7 on its
-# 592 now), so a threshold on the noisy edge does not overshoot on new data. It was half the
+# (~0.9 points on the ~310-360 benign lines val.jsonl had when this was set; ~0.6 on its
+# 772 now), so a threshold on the noisy edge does not overshoot on new data. It was half the
 # budget (1.5%) while validation was an older split whose style the training lines had come
 # to share (validation 1.2%, held-out 3.9%); val.jsonl is now written by authors who wrote
 # no training line, as test.jsonl was. The weights before the committed ones had their
 # threshold (0.90) placed on 619 of its lines; on the 472 added later it refused 5.0% of the
-# benign, not 2.2%: the margin is needed. The committed threshold (0.925) is placed on all
-# 1,091 lines.
+# benign, not 2.2%: the margin is needed. The committed threshold (0.925) was placed on
+# 1,091 lines; on the 299 added after it refuses 4.4% of the benign (8 of 180, two thirds
+# hard negatives), recall 0.908; placed at a 3% budget (0.89) it would refuse 6.7% there.
 MAX_VAL_FALSE_POSITIVES = 0.02
 BATCH = 32
 DROPOUT = 0.3

@@ -115,7 +115,7 @@ def test_held_out_split_does_not_regress(classifier) -> None:
     # A regression guard; the target is recall >= 0.95 at <= 3% false positives.
     # This split was written separately from the training and validation data. The
     # committed weights (encoder layers fine-tuned, then the head, on 44,097 hand-written
-    # lines from blind authors; the threshold placed on val.jsonl, 1,091 lines from five
+    # lines from blind authors; the threshold placed on val.jsonl's first 1,091 lines, by five
     # other blind authors, at <= 2% of its benign lines refused, with the int8 encoder)
     # reach recall 0.944 at 0.8% false positives with int8 (CPUs without AMX), 0.939 at
     # 1.1% with bfloat16 (AMX CPUs, CUDA) and float32; weakest categories fraud and
