@@ -118,10 +118,11 @@ def test_held_out_split_does_not_regress(classifier) -> None:
     # lines from blind authors; the threshold placed on val.jsonl's first 1,091 lines, by five
     # other blind authors, at <= 2% of its benign lines refused, with the int8 encoder)
     # reach recall 0.944 at 0.8% false positives with int8 (CPUs without AMX), 0.939 at
-    # 1.1% with bfloat16 (AMX CPUs, CUDA) and float32; weakest categories fraud and
-    # violence_weapons, 0.85-0.90. Without a threshold: recall 0.965 (int8) and 0.971
-    # (bfloat16) at 3% false positives. The weights before them reached 0.950 at 1.9%
-    # (int8) here, but were worse on val.jsonl at every operating point.
+    # 1.1% with bfloat16 (AMX CPUs, CUDA) and float32; weakest category fraud, 0.85 (int8;
+    # 0.875 with bfloat16). Without a threshold: recall 0.965 (int8) and 0.971 (bfloat16) at
+    # 3% false positives. The weights before them reached 0.950 at 1.9% (int8) here, but on
+    # val.jsonl they had the lower AUC and recall at 2% and 5% and more false positives at
+    # 95% recall.
     # Floors: those numbers less a margin of a few examples.
     examples = load_examples(DATA_DIR / "test.jsonl")
     report = score(examples, classifier.check_inputs([ex.text for ex in examples]))
@@ -138,7 +139,7 @@ def test_non_latin_exam_does_not_regress(classifier) -> None:
     # weights before (37,774 lines) had 0.689 / 10.7% (int8); the retrain on 44,097 lines
     # moved their threshold up (placed on more Latin lines) and their non-Latin scores
     # apart: val_scripts.jsonl AUC 0.913 against 0.830. Georgian, Armenian and Amharic,
-    # which had no training lines then, now reach 0.58-0.83 recall (0.28-0.33 before);
+    # which the 37,774 lines did not include, now reach 0.58-0.83 recall (0.28-0.33 before);
     # Bengali (0.33) and Hebrew (0.42) are the weakest.
     # Floors: those numbers less a margin of a few examples.
     examples = load_examples(DATA_DIR / "test_scripts.jsonl")
