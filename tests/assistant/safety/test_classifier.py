@@ -71,12 +71,12 @@ NAMED_HARD_NEGATIVES = [
 ]
 
 
+# Every file of training lines, including those no committed weights are trained on yet.
+TRAINING_FILES = ("train.jsonl", "train_synth.jsonl", "train_pending.jsonl")
+
+
 def test_held_out_split_is_never_trained_on() -> None:
-    train = {
-        ex.text
-        for name in ("train.jsonl", "train_synth.jsonl", "train_pending.jsonl")
-        for ex in load_examples(DATA_DIR / name)
-    }
+    train = {ex.text for name in TRAINING_FILES for ex in load_examples(DATA_DIR / name)}
     held_out = {
         name: {ex.text for ex in load_examples(DATA_DIR / name)}
         for name in ("val.jsonl", "val_scripts.jsonl", "test.jsonl", "test_scripts.jsonl")
@@ -99,7 +99,7 @@ def test_no_training_example_is_a_near_copy_of_a_held_out_one() -> None:
     )
     close = [
         (ex.text, held_out.closest(ex.text))
-        for name in ("train.jsonl", "train_synth.jsonl", "train_pending.jsonl")
+        for name in TRAINING_FILES
         for ex in load_examples(DATA_DIR / name)
         if ex.text in held_out
     ]
