@@ -139,6 +139,13 @@ EPOCHS = 250
 # languages written in non-Latin scripts, 70% benign hard negatives (approval limits,
 # tax and loan arithmetic, safety notices, rewrite-this-notice requests) with unsafe
 # contrast partners in the same domains; 6 near copies of training lines dropped.
+# Retrained with all 3,623 (47,720 lines, 142 min; int8, thresholds placed on the 1,390
+# val.jsonl lines: 0.940 against 0.955): val.jsonl AUC 0.9893 against 0.9870 (interval
+# +0.0006 to +0.0044), recall at 2% 0.887 against 0.874, false positives at 95% recall 5.7%
+# against 6.6%; val_scripts.jsonl AUC 0.933 against 0.913 (+0.012 to +0.028), recall at the
+# threshold 0.664 against 0.575, benign refused again 4.4% against 3.2% (19 and 14 of 434,
+# 10 of them refused by both; spread over 15 languages): over the same 1-point allowance,
+# set before the run, so not adopted either.
 ENCODER_EPOCHS = 4
 REFIT_HEAD = True
 
