@@ -135,8 +135,8 @@ EPOCHS = 250
 # 0.913 (interval +0.003 to +0.015), recall at the threshold 0.641 against 0.575, but benign
 # refused 4.4% against 3.2% (19 and 14 of 434): the rule set before the run allowed 1 point
 # more at most, so it was not adopted and the lines wait there for the next retrain.
-# Then 1,272 more lines joined it, by five more blind authors: workplace messages in 32
-# languages written in non-Latin scripts, 70% benign hard negatives (approval limits,
+# Then 1,272 more lines by five more blind authors joined that file: workplace messages in
+# 32 languages written in non-Latin scripts, 70% benign hard negatives (approval limits,
 # tax and loan arithmetic, safety notices, rewrite-this-notice requests) with unsafe
 # contrast partners in the same domains; 6 near copies of training lines dropped.
 # Retrained with all 3,623 (47,720 lines, 142 min; int8, thresholds placed on the 1,390

@@ -89,6 +89,13 @@ def test_held_out_split_is_never_trained_on() -> None:
     assert len(held_out["val_scripts.jsonl"]) >= 450 and len(train) >= 600
 
 
+def test_no_training_line_is_written_twice() -> None:
+    # Pending lines move into train.jsonl when a retrain is adopted; a line already there
+    # would then count twice in training.
+    texts = [ex.text for name in TRAINING_FILES for ex in load_examples(DATA_DIR / name)]
+    assert len(texts) == len(set(texts)), len(texts) - len(set(texts))
+
+
 def test_no_training_example_is_a_near_copy_of_a_held_out_one() -> None:
     held_out = NearDuplicates(
         [
