@@ -146,6 +146,9 @@ EPOCHS = 250
 # threshold 0.664 against 0.575, benign refused again 4.4% against 3.2% (19 and 14 of 434,
 # 10 of them refused by both; spread over 15 languages): over the same 1-point allowance,
 # set before the run, so not adopted either.
+# Then 987 more lines by four more blind authors joined it (37 languages, 25 in non-Latin
+# scripts; 71% benign: admin and policy questions, safety notices, rewrite requests with
+# alarming words; 25 near copies of training lines and 2 of held-out lines dropped).
 ENCODER_EPOCHS = 4
 REFIT_HEAD = True
 
