@@ -5,8 +5,9 @@ Reads data/train.jsonl (hand-written) and data/train_synth.jsonl (written by
 is not read: see the history above ENCODER_EPOCHS), fine-tunes the lean encoder's layers
 together with a head (`finetune.py`; `--encoder-epochs 0` keeps them frozen, see
 ENCODER_EPOCHS), trains the served MLP head on that encoder's features, picks the
-refuse threshold on data/val.jsonl with the classifier as it is served, writes weights/
-(head, thresholds, tuned layers if any) and prints the validation report.
+refuse threshold on data/val.jsonl and data/val_scripts.jsonl with the classifier as it is
+served, writes weights/ (head, thresholds, tuned layers if any) and prints the validation
+report.
 `--cv K` instead prints K-fold cross-validation on the hand-written examples: that is how
 the head's size and the training lengths were chosen. The held-out splits,
 data/test.jsonl and data/test_scripts.jsonl (sixteen languages written in non-Latin
@@ -19,12 +20,12 @@ three more (84 of them 364-483 characters), then 299 Latin-script lines from two
 Earlier validation splits, once they stopped telling variants apart or once briefs had been
 drawn from their misses, joined the training data.
 data/val_scripts.jsonl (twenty languages in non-Latin scripts, ~43 lines each, by three
-authors who wrote no training line) is a second validation split: the threshold is not
-placed on it, its report is printed after val.jsonl's, to compare variants on the scripts
-val.jsonl holds few lines of.
+authors who wrote no training line) is a second validation split, for the scripts val.jsonl
+holds few lines of: the threshold may refuse at most MAX_SCRIPTS_FALSE_POSITIVES of its
+benign lines too, and its report is printed after val.jsonl's.
 Same seed, same data, same --threads -> same weights and threshold.
-`--place-threshold` trains nothing: it tunes the threshold of the weights in --out on
-val.jsonl again (after val.jsonl changes, or for a machine that serves another precision).
+`--place-threshold` trains nothing: it tunes the threshold of the weights in --out on the
+validation splits again (after they change, or for a machine that serves another precision).
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ CLASSES = ["benign", *CATEGORIES]
 # 1,091 lines; on the 299 added after it refuses 4.4% of the benign (8 of 180, two thirds
 # hard negatives), recall 0.908; placed at a 3% budget (0.89) it would refuse 6.7% there.
 MAX_VAL_FALSE_POSITIVES = 0.02
+# And at most this share of val_scripts.jsonl's 434 benign lines (15): what the weights
+# served before this limit refused there (14, at the threshold a 2% val.jsonl budget gives)
+# plus one line. Two retrains placed on val.jsonl alone landed lower (0.940 against 0.955)
+# and refused 19 of them, though every threshold-free measure on both splits improved: one
+# threshold serves both populations, so both bound it.
+MAX_SCRIPTS_FALSE_POSITIVES = 0.035
 BATCH = 32
 DROPOUT = 0.3
 # Chosen by 5-fold CV on train.jsonl (recall at 1.5% / 3% out-of-fold false positives):
@@ -363,8 +370,11 @@ def fresh_encoder(settings: Settings, layers: int) -> LeanEncoder:
     )
 
 
-def tune(scores: np.ndarray, is_unsafe: np.ndarray) -> Thresholds:
-    """The refuse threshold with the best recall among those within the FP budget.
+def tune(
+    scores: np.ndarray, is_unsafe: np.ndarray, budget: float = MAX_VAL_FALSE_POSITIVES
+) -> Thresholds:
+    """The refuse threshold with the best recall among those refusing at most `budget` of
+    the benign examples.
 
     One threshold for all categories: validation has 16-32 unsafe examples per category,
     too few to place a threshold per category without fitting its noise.
@@ -374,13 +384,7 @@ def tune(scores: np.ndarray, is_unsafe: np.ndarray) -> Thresholds:
         fp = float(np.mean(scores[~is_unsafe] >= t))
         recall = float(np.mean(scores[is_unsafe] >= t))
         # Within the budget, best recall; else fewest false positives. Ties: higher threshold.
-        candidates.append(
-            (
-                fp <= MAX_VAL_FALSE_POSITIVES,
-                recall if fp <= MAX_VAL_FALSE_POSITIVES else -fp,
-                float(t),
-            )
-        )
+        candidates.append((fp <= budget, recall if fp <= budget else -fp, float(t)))
     refuse = max(candidates)[2]
     return Thresholds(refuse=refuse, caution=round(refuse / 2, 3))
 
@@ -419,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--place-threshold",
         action="store_true",
-        help="train nothing: tune the threshold of the weights in --out on val.jsonl again",
+        help="train nothing: tune the threshold of the weights in --out on validation again",
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -429,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     settings = Settings()
     if args.place_threshold:
-        place_threshold(settings, args.out, load_examples(DATA_DIR / "val.jsonl"), scripts=True)
+        val = load_examples(DATA_DIR / "val.jsonl")
+        place_threshold(settings, args.out, val, load_val_scripts())
         return 0
     hand = load_examples(DATA_DIR / "train.jsonl")
     synth = load_examples(DATA_DIR / "train_synth.jsonl")
@@ -480,23 +485,33 @@ def main(argv: list[str] | None = None) -> int:
     head = Head(CLASSES, args.layers, Thresholds(0.5, 0.25), **weights)
     head.meta = meta
     head.save(args.out)
-    place_threshold(settings, args.out, val, scripts=True)
+    place_threshold(settings, args.out, val, load_val_scripts())
     return 0
 
 
+def load_val_scripts() -> list[Example]:
+    return load_examples(DATA_DIR / "val_scripts.jsonl")
+
+
 def place_threshold(
-    settings: Settings, out: Path, val: list[Example], scripts: bool = False
+    settings: Settings, out: Path, val: list[Example], val_scripts: list[Example] | None = None
 ) -> None:
-    """Tune the refuse threshold of the weights in `out` on `val`, save it, print the report.
+    """Tune the refuse threshold of the weights in `out` on `val` (and `val_scripts`), save
+    it, print the report.
 
     The threshold comes from the classifier as it is served (float16 weights, the encoder
-    precision this CPU serves, long texts read in windows), not from training features.
+    precision this CPU serves, long texts read in windows), not from training features. With
+    `val_scripts` it is the lowest that keeps both splits within their budgets: recall rises
+    as the threshold falls, so that is the higher of the two thresholds placed alone.
     """
     classifier = SafetyClassifier.load(settings.embedding_model_path(), "cpu", out)
     head = classifier.head
-    scores = np.array([s.unsafe for s in classifier.score_many([prepare(e.text) for e in val])])
-    is_unsafe = np.array([ex.label == "unsafe" for ex in val])
+    scores, is_unsafe = served_scores(classifier, val)
     head.thresholds = tune(scores, is_unsafe)
+    if val_scripts:
+        s_scores, s_unsafe = served_scores(classifier, val_scripts)
+        both = tune(s_scores, s_unsafe, MAX_SCRIPTS_FALSE_POSITIVES)
+        head.thresholds = max(head.thresholds, both, key=lambda t: t.refuse)
     head.meta["threshold_placed_with"] = classifier.encoder.precision
     head.save_settings(out)
     # Threshold-free numbers, to compare training variants on validation.
@@ -507,19 +522,27 @@ def place_threshold(
     print(f"thresholds: refuse {head.thresholds.refuse}, caution {head.thresholds.caution}")
     print("== validation (the threshold was tuned on it) ==")
     print(evaluate(val, classifier.check_input, progress=True).format())
-    if scripts:
-        report_scripts(classifier, load_examples(DATA_DIR / "val_scripts.jsonl"))
+    if val_scripts:
+        report_scripts(classifier, val_scripts, s_scores, s_unsafe)
 
 
-def report_scripts(classifier: SafetyClassifier, val: list[Example]) -> None:
+def served_scores(
+    classifier: SafetyClassifier, examples: list[Example]
+) -> tuple[np.ndarray, np.ndarray]:
+    """P(unsafe) of each example as served, and which examples are labelled unsafe."""
+    scores = classifier.score_many([prepare(e.text) for e in examples])
+    return np.array([s.unsafe for s in scores]), np.array([e.label == "unsafe" for e in examples])
+
+
+def report_scripts(
+    classifier: SafetyClassifier, val: list[Example], scores: np.ndarray, is_unsafe: np.ndarray
+) -> None:
     """The second validation split's numbers (non-Latin scripts): threshold-free, then at
     the threshold just placed, per writing system."""
-    scores = np.array([s.unsafe for s in classifier.score_many([prepare(e.text) for e in val])])
-    is_unsafe = np.array([ex.label == "unsafe" for ex in val])
     for budget in (MAX_VAL_FALSE_POSITIVES, 0.05):
         recall = recall_at(scores, is_unsafe, budget)[0]
         print(f"non-Latin validation: recall {recall:.3f} at <= {budget:.0%} false positives")
-    print("== non-Latin validation (val_scripts.jsonl; nothing is tuned on it) ==")
+    print("== non-Latin validation (val_scripts.jsonl; the threshold is bounded by it) ==")
     print(evaluate(val, classifier.check_input, progress=True).format())
 
 
