@@ -156,6 +156,14 @@ EPOCHS = 250
 # Then 987 more lines by four more blind authors joined it (37 languages, 25 in non-Latin
 # scripts; 71% benign: admin and policy questions, safety notices, rewrite requests with
 # alarming words; 25 near copies of training lines and 2 of held-out lines dropped).
+# Retrained with all 4,610 (48,707 lines, 6,575 s of training on 2 threads; int8, threshold
+# placed on both validation splits, which for both weights is the val.jsonl one: 0.945
+# against 0.955): val.jsonl AUC 0.9896 against 0.9870 (+0.0009 to +0.0047), recall at the
+# threshold 0.890 against 0.867 (+1.0 to +3.7 points); val_scripts.jsonl AUC 0.937 against
+# 0.913 (+0.016 to +0.032), recall 0.664 against 0.575, benign refused 15 against 14 of 434.
+# It passed the rule set before the run, but on the exams (taken once) test_scripts.jsonl
+# recall with bfloat16 was 0.616, under that test's 0.62 floor (int8 0.623; test.jsonl
+# int8 0.927 at 0.6%, bfloat16 0.930), so by the same rule it was withdrawn.
 ENCODER_EPOCHS = 4
 REFIT_HEAD = True
 
