@@ -58,8 +58,9 @@ def test_the_non_latin_split_bounds_the_threshold_too(tmp_path) -> None:
     classifier = SafetyClassifier.load(Settings().embedding_model_path(), "cpu", out)
     val = load_examples(DATA_DIR / "val.jsonl")[:240]
     alone = tune(*served_scores(classifier, val)).refuse
-    # A non-Latin split whose benign lines refused at `alone` are over its budget: all its
-    # unsafe lines, every benign line scoring `alone` or more, and just few enough others.
+    # A non-Latin split that `alone` refuses too many benign lines of: all its unsafe
+    # lines, every benign line scoring `alone` or more, and few enough of the others that
+    # those are over MAX_SCRIPTS_FALSE_POSITIVES of its benign lines.
     scripts = load_examples(DATA_DIR / "val_scripts.jsonl")
     scores, unsafe = served_scores(classifier, scripts)
     high = [e for e, s, u in zip(scripts, scores, unsafe, strict=True) if not u and s >= alone]
