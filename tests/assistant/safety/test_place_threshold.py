@@ -16,7 +16,6 @@ pytest.importorskip("torch")
 from assistant.safety.classifier import SafetyClassifier  # noqa: E402
 from assistant.safety.dataset import DATA_DIR, load_examples  # noqa: E402
 from assistant.safety.head import WEIGHTS_DIR  # noqa: E402
-from assistant.safety.prepare import prepare  # noqa: E402
 from assistant.safety.train import (  # noqa: E402
     MAX_SCRIPTS_FALSE_POSITIVES,
     MAX_VAL_FALSE_POSITIVES,
@@ -42,8 +41,7 @@ def test_a_threshold_is_placed_within_the_budget_and_the_weights_stay(tmp_path, 
     assert (out / "weights.npz").read_bytes() == (WEIGHTS_DIR / "weights.npz").read_bytes()
     classifier = SafetyClassifier.load(Settings().embedding_model_path(), "cpu", out)
     assert placed["threshold_placed_with"] == classifier.encoder.precision
-    scores = np.array([s.unsafe for s in classifier.score_many([prepare(e.text) for e in val])])
-    unsafe = np.array([ex.label == "unsafe" for ex in val])
+    scores, unsafe = served_scores(classifier, val)
     assert np.mean(scores[~unsafe] >= refuse) <= MAX_VAL_FALSE_POSITIVES
     # One grid step lower would refuse too many benign lines or catch nothing more.
     lower = refuse - 0.005
