@@ -1,8 +1,7 @@
 """Train the classifier: `python -m assistant.safety.train [--seed S] [--cv K]`.
 
 Reads data/train.jsonl (hand-written) and data/train_synth.jsonl (written by
-`assistant.safety.synth`; data/train_pending.jsonl, lines whose retrain was not adopted,
-is not read: see the history above ENCODER_EPOCHS), fine-tunes the lean encoder's layers
+`assistant.safety.synth`), fine-tunes the lean encoder's layers
 together with a head (`finetune.py`; `--encoder-epochs 0` keeps them frozen, see
 ENCODER_EPOCHS), trains the served MLP head on that encoder's features, picks the
 refuse threshold on data/val.jsonl and data/val_scripts.jsonl with the classifier as it is
@@ -26,6 +25,8 @@ benign lines too, and its report is printed after val.jsonl's.
 Same seed, same data, same --threads -> same weights and threshold.
 `--place-threshold` trains nothing: it tunes the threshold of the weights in --out on the
 validation splits again (after they change, or for a machine that serves another precision).
+`--head-only` keeps the tuned layers in --out and trains only a new head on them (~30 min
+instead of ~2 h): how the committed head was made (see the history above ENCODER_EPOCHS).
 """
 
 from __future__ import annotations
@@ -60,16 +61,18 @@ CLASSES = ["benign", *CATEGORIES]
 # to share (validation 1.2%, held-out 3.9%); val.jsonl is now written by authors who wrote
 # no training line, as test.jsonl was. The weights before the committed ones had their
 # threshold (0.90) placed on 619 of its lines; on the 472 added later it refused 5.0% of the
-# benign, not 2.2%: the margin is needed. The committed threshold (0.925) was placed on
-# 1,091 lines; on the 299 added after it refuses 4.4% of the benign (8 of 180, two thirds
+# benign, not 2.2%: the margin is needed. The next weights' threshold (0.925) was placed on
+# 1,091 lines; on the 299 added after it refused 4.4% of the benign (8 of 180, two thirds
 # hard negatives), recall 0.908; placed at a 3% budget (0.89) it would refuse 6.7% there.
 MAX_VAL_FALSE_POSITIVES = 0.02
-# And at most this share of val_scripts.jsonl's 434 benign lines (15): what the committed
-# weights refuse there at the threshold a 2% budget on all 1,390 val.jsonl lines gives them
-# (0.955: 14), plus one line. (At the 0.925 they are served with, placed on 1,091 lines
-# before this limit existed, they refuse 27.) Two retrains placed on val.jsonl alone landed
-# lower (0.940) and refused 19 of them, though every threshold-free measure on both splits
-# improved: one threshold serves both populations, so both bound it.
+# And at most this share of val_scripts.jsonl's 434 benign lines (15): what the weights
+# before the committed ones refused there at the threshold a 2% budget on all 1,390
+# val.jsonl lines gives them (0.955: 14 on an Intel CPU, 12 on an AMD one), plus one line.
+# (At the 0.925 they were served with, placed on 1,091 lines before this limit existed,
+# they refused 27.) Two retrains placed on val.jsonl alone landed lower (0.940) and refused
+# 19 of them, though every threshold-free measure on both splits improved: one threshold
+# serves both populations, so both bound it. The committed weights: 0.945, refusing 15 of
+# val.jsonl's 772 benign lines and 14 of these.
 MAX_SCRIPTS_FALSE_POSITIVES = 0.035
 BATCH = 32
 DROPOUT = 0.3
@@ -164,7 +167,24 @@ EPOCHS = 250
 # 0.913 (+0.016 to +0.032), recall 0.664 against 0.575, benign refused 15 against 14 of 434.
 # It passed the rule set before the run, but on the exams (taken once) test_scripts.jsonl
 # recall with bfloat16 was 0.616, under that test's 0.62 floor (int8 0.623; test.jsonl
-# int8 0.927 at 0.6%, bfloat16 0.930), so by the same rule it was withdrawn.
+# int8 0.927 at 0.6%, bfloat16 0.930), so by the same rule it was withdrawn. That floor
+# came from the committed weights at the 0.925 they were served with, which by then the
+# placement rule no longer gave them (0.955): the comparison was not at matched thresholds.
+# The committed head (--head-only): the 44,097-line tuned layers kept, a new head trained
+# on them with all 48,707 lines (seed 13, 2 threads; 36 min on an AMD CPU, encoding
+# included), the 4,610 pending lines merged into train.jsonl. Rule set before it existed:
+# both weights placed by the same rule (0.945 against 0.955), compared on validation, then
+# one exam each. Int8, paired bootstrap 90% intervals: val.jsonl AUC 0.9889 against 0.9862
+# (+0.0013 to +0.0045), recall at the threshold 0.890 against 0.866 (+1.1 to +3.7 points),
+# 15 of 772 benign refused by both; val_scripts.jsonl AUC 0.934 against 0.912 (+0.015 to
+# +0.029), recall 0.651 against 0.561 (+6.6 to +11.5 points), 14 against 12 of 434 benign
+# refused. Exams: test.jsonl int8 0.933 at 0.6% against 0.927 at 0.8%, bfloat16 0.924 at
+# 0.6% against 0.927 at 0.8%; test_scripts.jsonl int8 0.616 at 2.0% against 0.533 at 2.7%,
+# bfloat16 0.619 at 2.3% against 0.543 at 2.0%. So the head gets about all the 48,707-line
+# retrain gained on validation (AUC 0.9896 / 0.937 there) in a quarter of the time. Adopted.
+# The operating point is what stands between these weights and recall 0.95 on test.jsonl:
+# at 0.945 they refuse 0.6% of its benign lines but 1.9% of val.jsonl's, whose authors
+# write benign lines this model finds harder.
 ENCODER_EPOCHS = 4
 REFIT_HEAD = True
 
@@ -430,6 +450,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="where to write weights")
     parser.add_argument(
+        "--head-only",
+        action="store_true",
+        help="keep the tuned encoder layers in --out and train only a new head on them",
+    )
+    parser.add_argument(
         "--place-threshold",
         action="store_true",
         help="train nothing: tune the threshold of the weights in --out on validation again",
@@ -453,19 +478,35 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     val = load_examples(DATA_DIR / "val.jsonl")
     y = targets(hand + synth)
+    start = time.perf_counter()
+    if args.head_only:
+        weights, meta = head_on_tuned_layers(settings, args, p_hand + p_synth, y)
+    else:
+        weights, meta = train_weights(settings, args, p_hand + p_synth, y)
+    print(f"trained in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    head = Head(CLASSES, args.layers, Thresholds(0.5, 0.25), **weights)
+    head.meta = meta
+    head.save(args.out)
+    place_threshold(settings, args.out, val, load_val_scripts())
+    return 0
+
+
+def train_weights(
+    settings: Settings, args, prepared: list[Prepared], y: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict]:
+    """The head's weights and settings; the tuned encoder layers, if any, go to --out."""
     meta = {"seed": args.seed, "hidden": args.hidden, "threads": args.threads}
     args.out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
     first = None
     if not args.encoder_epochs or args.warm_head:
         encoder = float32_encoder(settings, args.layers)
-        x, owner = features(encoder, p_hand + p_synth)
+        x, owner = features(encoder, prepared)
         first = fit(x, owner, y, args.hidden, args.epochs, args.seed)
         meta["epochs"] = args.epochs
     if args.encoder_epochs:
         tuned = finetune(
             fresh_encoder(settings, args.layers),
-            p_hand + p_synth,
+            prepared,
             y,
             len(CLASSES),
             args.hidden,
@@ -478,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.refit_head:
             # On the tuned layers as they are served (float16 on disk), not the float32 copy.
             encoder = float32_encoder(settings, args.layers, args.out / ENCODER_FILE)
-            x, owner = features(encoder, p_hand + p_synth)
+            x, owner = features(encoder, prepared)
             weights = fit(x, owner, y, args.hidden, args.epochs, args.seed)
             meta["epochs"] = args.epochs
         meta |= {
@@ -490,12 +531,41 @@ def main(argv: list[str] | None = None) -> int:
     else:
         (args.out / ENCODER_FILE).unlink(missing_ok=True)
         weights = first
-    print(f"trained in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    head = Head(CLASSES, args.layers, Thresholds(0.5, 0.25), **weights)
-    head.meta = meta
-    head.save(args.out)
-    place_threshold(settings, args.out, val, load_val_scripts())
-    return 0
+    return weights, meta
+
+
+def head_on_tuned_layers(
+    settings: Settings, args, prepared: list[Prepared], y: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict]:
+    """A new head on the tuned encoder layers already in --out, which stay as they are.
+
+    The layers take ~2 h to tune on these CPUs, a head ~30 min: new training lines reach
+    the n-gram weights and the head without the layers being tuned again (see the history
+    above ENCODER_EPOCHS for what that bought). The layers' own training data and seed are
+    recorded where they were made.
+    """
+    layers_file = args.out / ENCODER_FILE
+    if not layers_file.exists():
+        raise SystemExit(
+            f"--head-only needs tuned encoder layers at {layers_file}: point --out at weights "
+            "that have them, or train without --head-only"
+        )
+    previous = Head.load(args.out)
+    if previous.layers != args.layers:
+        raise SystemExit(
+            f"the tuned layers in {args.out} are {previous.layers} layers, not --layers "
+            f"{args.layers}: pass --layers {previous.layers}"
+        )
+    x, owner = features(float32_encoder(settings, args.layers, layers_file), prepared)
+    weights = fit(x, owner, y, args.hidden, args.epochs, args.seed)
+    meta = previous.meta | {
+        "hidden": args.hidden,
+        "epochs": args.epochs,
+        "head_seed": args.seed,
+        "head_threads": args.threads,
+        "head_only": True,
+    }
+    return weights, meta
 
 
 def load_val_scripts() -> list[Example]:

@@ -1,0 +1,70 @@
+"""`train --head-only`: a new head on the tuned encoder layers already in --out."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("torch")
+
+from assistant.safety.dataset import DATA_DIR, load_examples  # noqa: E402
+from assistant.safety.finetune import ENCODER_FILE  # noqa: E402
+from assistant.safety.head import WEIGHTS_DIR, Head  # noqa: E402
+from assistant.safety.ngrams import BUCKETS  # noqa: E402
+from assistant.safety.prepare import FLAG_NAMES, prepare  # noqa: E402
+from assistant.safety.train import CLASSES, head_on_tuned_layers, targets  # noqa: E402
+from assistant.settings import Settings  # noqa: E402
+
+
+def _args(out, layers: int = 3, seed: int = 5) -> argparse.Namespace:
+    return argparse.Namespace(out=out, layers=layers, hidden=8, epochs=3, seed=seed, threads=1)
+
+
+@pytest.fixture(scope="module")
+def sample():
+    # Every class, a few lines each: enough for a head to see all of them.
+    examples = load_examples(DATA_DIR / "train.jsonl")
+    by_class = {
+        c: [e for e in examples if (e.category if e.label == "unsafe" else "benign") == c]
+        for c in CLASSES
+    }
+    picked = [e for c in CLASSES for e in by_class[c][:4]]
+    return [prepare(e.text) for e in picked], targets(picked)
+
+
+def test_a_new_head_is_trained_and_the_tuned_layers_stay(tmp_path, sample) -> None:
+    out = shutil.copytree(WEIGHTS_DIR, tmp_path / "weights")
+    prepared, y = sample
+
+    weights, meta = head_on_tuned_layers(Settings(), _args(out), prepared, y)
+
+    width = Head.load(out).w1.shape[0]
+    assert width > BUCKETS + len(FLAG_NAMES)
+    assert weights["w1"].shape == (width, 8) and weights["w2"].shape == (8, len(CLASSES))
+    # The layers and what is recorded about them are those of the weights it started from.
+    assert (out / ENCODER_FILE).read_bytes() == (WEIGHTS_DIR / ENCODER_FILE).read_bytes()
+    assert (
+        meta["encoder"] == ENCODER_FILE
+        and meta["encoder_epochs"] == Head.load(out).meta["encoder_epochs"]
+    )
+    assert meta["head_only"] is True and meta["head_seed"] == 5 and meta["hidden"] == 8
+    again, _ = head_on_tuned_layers(Settings(), _args(out), prepared, y)
+    assert all(np.array_equal(weights[k], again[k]) for k in weights)
+
+
+def test_weights_without_tuned_layers_are_a_clear_error(tmp_path, sample) -> None:
+    out = shutil.copytree(WEIGHTS_DIR, tmp_path / "weights")
+    (out / ENCODER_FILE).unlink()
+    with pytest.raises(SystemExit, match="needs tuned encoder layers"):
+        head_on_tuned_layers(Settings(), _args(out), *sample)
+
+
+def test_a_layer_count_unlike_the_tuned_layers_is_a_clear_error(tmp_path, sample) -> None:
+    out = shutil.copytree(WEIGHTS_DIR, tmp_path / "weights")
+    with pytest.raises(SystemExit, match="pass --layers 3"):
+        head_on_tuned_layers(Settings(), _args(out, layers=2), *sample)
