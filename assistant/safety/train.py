@@ -25,7 +25,7 @@ benign lines too, and its report is printed after val.jsonl's.
 Same seed, same data, same --threads -> same weights and threshold.
 `--place-threshold` trains nothing: it tunes the threshold of the weights in --out on the
 validation splits again (after they change, or for a machine that serves another precision).
-`--head-only` keeps the tuned layers in --out and trains only a new head on them (~30 min
+`--head-only` keeps the tuned layers in --out and trains only a new head on them (~35 min
 instead of ~2 h): how the committed head was made (see the history above ENCODER_EPOCHS).
 """
 
@@ -539,10 +539,10 @@ def head_on_tuned_layers(
 ) -> tuple[dict[str, np.ndarray], dict]:
     """A new head on the tuned encoder layers already in --out, which stay as they are.
 
-    The layers take ~2 h to tune on these CPUs, a head ~30 min: new training lines reach
+    The layers take ~2 h to tune on these CPUs, a head ~35 min: new training lines reach
     the n-gram weights and the head without the layers being tuned again (see the history
-    above ENCODER_EPOCHS for what that bought). The layers' own training data and seed are
-    recorded where they were made.
+    above ENCODER_EPOCHS for what that bought). weights.json keeps the layers' seed and
+    threads; the head's are head_seed and head_threads.
     """
     layers_file = args.out / ENCODER_FILE
     if not layers_file.exists():
