@@ -27,9 +27,9 @@ def test_int8_and_float32_classifiers_agree_on_validation() -> None:
     labels = sum(x.label == y.label for x, y in zip(a, b, strict=True)) / len(texts)
     decisions = sum(x.decision == y.decision for x, y in zip(a, b, strict=True)) / len(texts)
     # Labels: the refuse threshold. Decisions add the caution band (from half the refuse
-    # threshold up), where most differences are: allow vs allow with caution. The committed
-    # weights: 14 of 1,390 labels differ (0.990), decisions 0.974; the ones before them
-    # agreed on at least 0.99 of the labels.
+    # threshold up), where most differences are: allow vs allow with caution. On an AMD CPU
+    # the committed weights differ on 14 of 1,390 labels (0.990), decisions 0.974; the
+    # ones before them on 8 (0.994), decisions 0.969.
     assert labels >= 0.985 and decisions >= 0.96, (labels, decisions)
     gap = max(
         abs(x.categories[c] - y.categories[c])
