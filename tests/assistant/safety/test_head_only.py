@@ -27,8 +27,10 @@ from assistant.safety.train import (  # noqa: E402
 from assistant.settings import Settings  # noqa: E402
 
 
-def _args(out, layers: int = 3, seed: int = 5) -> argparse.Namespace:
-    return argparse.Namespace(out=out, layers=layers, hidden=8, epochs=40, seed=seed, threads=1)
+def _args(out, layers: int = 3, seed: int = 5, heads: int = 1) -> argparse.Namespace:
+    return argparse.Namespace(
+        out=out, layers=layers, hidden=8, heads=heads, epochs=40, seed=seed, threads=1
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +64,22 @@ def test_a_new_head_is_trained_and_the_tuned_layers_stay(tmp_path, sample) -> No
     assert meta["head_only"] is True and meta["head_seed"] == 5 and meta["hidden"] == 8
     again, _ = head_on_tuned_layers(Settings(), _args(out), prepared, y)
     assert all(np.array_equal(weights[k], again[k]) for k in weights)
+
+
+def test_several_heads_are_served_as_one(tmp_path, sample) -> None:
+    out = shutil.copytree(WEIGHTS_DIR, tmp_path / "weights")
+    prepared, y = sample
+
+    one, _ = head_on_tuned_layers(Settings(), _args(out), prepared, y)
+    both, meta = head_on_tuned_layers(Settings(), _args(out, heads=2), prepared, y)
+
+    # The first head is the one-head run (same seed); the second, seed 6, is another.
+    assert both["w1"].shape == (one["w1"].shape[0], 16) and meta["heads"] == 2
+    assert np.array_equal(both["w1"][:, :8], one["w1"])
+    assert not np.allclose(both["w1"][:, 8:], one["w1"])
+    encoder = float32_encoder(Settings(), 3, out / ENCODER_FILE)
+    scores = text_scores(both, *features(encoder, prepared, progress=False))
+    assert scores[y > 0].min() > scores[y == 0].max(), scores
 
 
 def test_weights_without_tuned_layers_are_a_clear_error(tmp_path, sample) -> None:
