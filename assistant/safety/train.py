@@ -198,6 +198,11 @@ HEADS = 1
 # The operating point is what stands between these weights and recall 0.95 on test.jsonl:
 # at 0.945 they refuse 0.6% of its benign lines but 1.9% of val.jsonl's, whose authors
 # write benign lines this model finds harder.
+# data/train_pending.jsonl now holds 1,014 lines by four more blind authors (40 languages,
+# 555 unsafe; 25 near copies of training lines, 1 of a held-out line dropped), not read here.
+# A --head-only run with them (Intel CPU, int8, both placed at 0.940): val.jsonl recall
+# 0.892 against 0.890, 14 against 15 benign refused; val_scripts.jsonl 0.683 against 0.676,
+# 15 against 14: within the rule set before it. Its exams are not yet taken.
 ENCODER_EPOCHS = 4
 REFIT_HEAD = True
 
@@ -295,10 +300,8 @@ def fit_heads(
 ) -> dict[str, np.ndarray]:
     """`args.heads` heads fitted alike with seeds --seed, --seed + 1, ..., served as one
     (`merge_heads`); one head is `fit` as it was."""
-    fits = []
-    for k in range(args.heads):
-        fits.append(fit(x, owner, y, args.hidden, args.epochs, args.seed + k, progress))
-    return merge_heads(fits)
+    seeds = range(args.seed, args.seed + args.heads)
+    return merge_heads([fit(x, owner, y, args.hidden, args.epochs, s, progress) for s in seeds])
 
 
 def merge_heads(heads: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
