@@ -28,18 +28,18 @@ def test_int8_and_float32_classifiers_agree_on_validation() -> None:
     decisions = sum(x.decision == y.decision for x, y in zip(a, b, strict=True)) / len(texts)
     # Labels: the refuse threshold. Decisions add the caution band (from half the refuse
     # threshold up), where most differences are: allow vs allow with caution. On an AMD CPU
-    # the committed weights differ on 14 of 1,390 labels (0.990), decisions 0.974; the
-    # ones before them on 8 (0.994), decisions 0.969.
+    # (avx512 int8 kernels) the committed weights differ on 11 of 1,390 labels (0.992),
+    # decisions 0.967 (46 differ); earlier weights on 8 to 14 labels, decisions 0.969-0.974.
     assert labels >= 0.985 and decisions >= 0.96, (labels, decisions)
     gap = max(
         abs(x.categories[c] - y.categories[c])
         for x, y in zip(a, b, strict=True)
         for c in x.categories
     )
-    # 0.31 at worst with both the committed weights and the ones before, on an AMD CPU
-    # (avx2 int8 kernels): a Spanish harassment request scores harassment 0.58 in float32,
-    # 0.27 in int8, the rest of its unsafe score going to privacy and violence. The unsafe
-    # score itself moves 0.12 at most.
+    # 0.19 at worst with the committed weights on an AMD CPU with avx512 int8 kernels. 0.31
+    # with earlier ones where only avx2 kernels ran: a Spanish harassment request scored
+    # harassment 0.58 in float32, 0.27 in int8, the rest of its unsafe score going to
+    # privacy and violence. The unsafe score itself moved 0.12 at most.
     assert gap < 0.35
 
 
