@@ -71,8 +71,8 @@ MAX_VAL_FALSE_POSITIVES = 0.02
 # (At the 0.925 they were served with, placed on 1,091 lines before this limit existed,
 # they refused 27.) Two retrains placed on val.jsonl alone landed lower (0.940) and refused
 # 19 of them, though every threshold-free measure on both splits improved: one threshold
-# serves both populations, so both bound it. The committed weights: 0.940, refusing 14 of
-# val.jsonl's 772 benign lines and 15 of these.
+# serves both populations, so both bound it. The committed weights: 0.935, refusing 15 of
+# val.jsonl's 772 benign lines and 14 of these.
 MAX_SCRIPTS_FALSE_POSITIVES = 0.035
 BATCH = 32
 DROPOUT = 0.3
@@ -213,6 +213,18 @@ HEADS = 1
 # lines. Adopted: within noise on validation, as a head on 2% more lines should be. The
 # operating point still stands between it and 0.95: it refuses 0.6% of test.jsonl's benign
 # lines, 1.8% of val.jsonl's.
+# The classifier was weakest on short texts (val.jsonl recall 0.794 under 80 characters,
+# 0.94-0.97 above). Four more blind authors wrote 1,040 lines aimed there: terse chat-box
+# messages in English, in 13 other Latin-script languages and in 14 non-Latin ones, and
+# the four weakest categories (self-harm, fraud, malicious code, violence) at mixed
+# lengths; 133 near copies of training lines and 24 of held-out lines dropped, 883 kept
+# (464 unsafe, 707 under 80 characters). The committed head: --head-only with them (50,604
+# lines, 23 min), by the same rule set before the run. Int8, placed at 0.935 against 0.940:
+# val.jsonl AUC 0.9904 against 0.9899 (+0.0002 to +0.0010), recall 0.903 against 0.892
+# (+0.5 to +1.9 points), 15 against 14 of 772 benign refused; val_scripts.jsonl AUC 0.937
+# for both (-0.002 to +0.002), recall 0.708 against 0.683 (+1.4 to +3.9), 14 against 15 of
+# 434. Exams: test.jsonl int8 0.933 at 0.6%, bfloat16 0.936 at 0.8% (every category 0.85
+# or more); test_scripts.jsonl int8 0.630 at 2.3%, bfloat16 0.647 at 2.7%. Adopted.
 ENCODER_EPOCHS = 4
 REFIT_HEAD = True
 

@@ -29,14 +29,14 @@ def test_int8_and_float32_classifiers_agree_on_validation() -> None:
     # Labels: the refuse threshold. Decisions add the caution band (from half the refuse
     # threshold up), where most differences are: allow vs allow with caution. On an AMD CPU
     # (avx512 int8 kernels) the committed weights differ on 11 of 1,390 labels (0.992),
-    # decisions 0.967 (46 differ); earlier weights on 8 to 14 labels, decisions 0.969-0.974.
+    # decisions 0.968 (45 differ); earlier weights on 8 to 14 labels, decisions 0.967-0.974.
     assert labels >= 0.985 and decisions >= 0.96, (labels, decisions)
     gap = max(
         abs(x.categories[c] - y.categories[c])
         for x, y in zip(a, b, strict=True)
         for c in x.categories
     )
-    # 0.19 at worst with the committed weights on an AMD CPU with avx512 int8 kernels. 0.31
+    # 0.18 at worst with the committed weights on an AMD CPU with avx512 int8 kernels. 0.31
     # with earlier ones where only avx2 kernels ran: a Spanish harassment request scored
     # harassment 0.58 in float32, 0.27 in int8, the rest of its unsafe score going to
     # privacy and violence. The unsafe score itself moved 0.12 at most.
