@@ -200,7 +200,7 @@ HEADS = 1
 # wrote benign lines this model finds harder.
 # Then 1,014 lines by four more blind authors (40 languages, 555 unsafe; 25 near copies of
 # training lines, 1 of a held-out line dropped) joined train.jsonl (49,721 lines), and the
-# committed head is a --head-only run with them on the same layers (seed 13, 2 threads; 20
+# next head was a --head-only run with them on the same layers (seed 13, 2 threads; 20
 # min on an AMD CPU, encoding included). Rule set before the run: both placed by the rule,
 # int8; on both splits the AUC difference's 90% interval (paired bootstrap) above -0.005,
 # recall at the threshold no lower on val.jsonl and at most 1 point lower on
