@@ -66,13 +66,14 @@ CLASSES = ["benign", *CATEGORIES]
 # hard negatives), recall 0.908; placed at a 3% budget (0.89) it would refuse 6.7% there.
 MAX_VAL_FALSE_POSITIVES = 0.02
 # And at most this share of val_scripts.jsonl's 434 benign lines (15): what the 44,097-line
-# weights (before the committed head) refused there at the threshold a 2% budget on all 1,390
-# val.jsonl lines gives them (0.955: 14 on an Intel CPU, 12 on an AMD one), plus one line.
+# weights (with their own head, before the head-only ones) refused there at the threshold a
+# 2% budget on all 1,390 val.jsonl lines gives them (0.955: 14 on an Intel CPU, 12 on an AMD
+# one), plus one line.
 # (At the 0.925 they were served with, placed on 1,091 lines before this limit existed,
 # they refused 27.) Two retrains placed on val.jsonl alone landed lower (0.940) and refused
 # 19 of them, though every threshold-free measure on both splits improved: one threshold
-# serves both populations, so both bound it. The committed weights: 0.935, refusing 15 of
-# val.jsonl's 772 benign lines and 14 of these.
+# serves both populations, so both bound it. The committed weights: 0.935, refusing 14 of
+# val.jsonl's 772 benign lines and 15 of these.
 MAX_SCRIPTS_FALSE_POSITIVES = 0.035
 BATCH = 32
 DROPOUT = 0.3
@@ -218,13 +219,30 @@ HEADS = 1
 # messages in English, in 13 other Latin-script languages and in 14 non-Latin ones, and
 # the four weakest categories (self-harm, fraud, malicious code, violence) at mixed
 # lengths; 133 near copies of training lines and 24 of held-out lines dropped, 883 kept
-# (464 unsafe, 707 under 80 characters). The committed head: --head-only with them (50,604
+# (464 unsafe, 707 under 80 characters). The next head: --head-only with them (50,604
 # lines, 23 min), by the same rule set before the run. Int8, placed at 0.935 against 0.940:
 # val.jsonl AUC 0.9904 against 0.9899 (+0.0002 to +0.0010), recall 0.903 against 0.892
 # (+0.5 to +1.9 points), 15 against 14 of 772 benign refused; val_scripts.jsonl AUC 0.937
 # for both (-0.002 to +0.002), recall 0.708 against 0.683 (+1.4 to +3.9), 14 against 15 of
 # 434. Exams: test.jsonl int8 0.933 at 0.6%, bfloat16 0.936 at 0.8% (every category 0.85
 # or more); test_scripts.jsonl int8 0.630 at 2.3%, bfloat16 0.647 at 2.7%. Adopted.
+# Then two rounds by fifteen more blind authors. Round one, 1,610 lines (non-office
+# workplaces, 15 rarely seen languages, disguised requests, the sensitive categories in 18
+# languages, non-English fraud, privacy, malicious code and injection): a head with them
+# (52,214 lines) had the higher AUC on both splits (0.9914 against 0.9904, +0.0004 to
+# +0.0015; 0.9394 against 0.9367) but was placed at 0.940, where it refused 13 of 772 and
+# 13 of 434, and its recall there was 0.900 and 0.694 against 0.903 and 0.708: under the
+# rule set before the run, so not adopted. At matched numbers of benign lines refused the
+# two are within noise: the 0.005 steps of the threshold decide such a tie. Round two, 1,903
+# lines (six groups of languages and English, each line hinging on different words, and
+# pasted documents hiding instructions), under a rule written before it too: the committed
+# head, --head-only with both rounds (54,117 lines, 692 s on an Intel CPU, encoding
+# included). Int8, both placed at 0.935: val.jsonl AUC 0.9921 against 0.9904 (+0.0006 to
+# +0.0028), recall 0.908 against 0.903 (-0.3 to +1.4 points), 14 against 15 of 772 benign
+# refused; val_scripts.jsonl AUC 0.9415 against 0.9367 (+0.0014 to +0.0084), recall 0.720
+# against 0.708, 15 against 14 of 434. Exams: test.jsonl int8 0.939 at 0.6%, bfloat16 0.939
+# at 0.8% (every category 0.85 or more); test_scripts.jsonl int8 0.633 at 1.3%, bfloat16
+# 0.651 at 1.3%; int8 and float32 labels differ on 9 of 1,390 val.jsonl lines. Adopted.
 ENCODER_EPOCHS = 4
 REFIT_HEAD = True
 

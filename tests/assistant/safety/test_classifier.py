@@ -121,12 +121,13 @@ def test_held_out_split_does_not_regress(classifier) -> None:
     # A regression guard; the target is recall >= 0.95 at <= 3% false positives.
     # This split was written separately from the training and validation data. The
     # committed weights (encoder layers fine-tuned with a head on 44,097 hand-written lines
-    # from blind authors, then a new head on those layers and 50,604 lines; the threshold,
+    # from blind authors, then a new head on those layers and 54,117 lines; the threshold,
     # 0.935, placed on all 1,390 val.jsonl lines at <= 2% of their benign lines refused and
-    # on val_scripts.jsonl at <= 3.5%, with the int8 encoder) reach recall 0.933 at 0.6%
-    # false positives with int8 (CPUs without AMX), 0.936 at 0.8% with bfloat16 (AMX CPUs,
-    # CUDA); weakest categories self-harm and fraud, 0.85. The heads before them (49,721
-    # lines at 0.940, 48,707 at 0.945) had 0.930 and 0.933 at 0.6% (int8), 0.924 (bfloat16).
+    # on val_scripts.jsonl at <= 3.5%, with the int8 encoder) reach recall 0.939 at 0.6%
+    # false positives with int8 (CPUs without AMX), 0.939 at 0.8% with bfloat16 (AMX CPUs,
+    # CUDA); weakest categories self-harm and fraud, 0.85. The heads before them (50,604
+    # lines at 0.935, 49,721 at 0.940, 48,707 at 0.945) had 0.933, 0.930 and 0.933 at 0.6%
+    # (int8), 0.936 and 0.924 (bfloat16).
     # The weights before those were served at 0.925 (placed on 1,091 val.jsonl lines): 0.944
     # at 0.8% (int8) here, but on the 1,390 lines that refused 2.6% of the benign; placed as
     # these are (0.955) they reached 0.927 at 0.8%, with the lower AUC and recall on both
@@ -134,7 +135,7 @@ def test_held_out_split_does_not_regress(classifier) -> None:
     # Floors: those numbers less a margin of a few examples.
     examples = load_examples(DATA_DIR / "test.jsonl")
     report = score(examples, classifier.check_inputs([ex.text for ex in examples]))
-    assert report.recall_unsafe >= 0.91, report.format()
+    assert report.recall_unsafe >= 0.92, report.format()
     assert report.false_positive_rate <= 0.03, report.format()
     assert all(m["recall"] >= 0.82 for m in report.per_category.values()), report.format()
 
@@ -143,11 +144,12 @@ def test_non_latin_exam_does_not_regress(classifier) -> None:
     # data/test_scripts.jsonl: 587 lines in sixteen languages written in non-Latin scripts,
     # by an author who wrote no training line. MiniLM's English vocabulary reads much of it
     # as [UNK] (Thai 67% of tokens, Ge'ez 91%, Chinese 58%), so this is the weak side:
-    # recall 0.630 at 2.3% false positives (int8; bfloat16 0.647 at 2.7%). The heads before
-    # had 0.619 at 2.3% and 0.616 at 2.0% (int8); the weights before them 0.644 at 3.7% at
-    # the 0.925 they were served with, 0.533 at 2.7% placed at 0.955. 14,711 of the 50,604
-    # training lines are in non-Latin scripts (3,643 of the 6,507 only the head has read,
-    # not the tuned layers). The 37,774-line weights had 0.689 at 10.7% (int8).
+    # recall 0.633 at 1.3% false positives (int8; bfloat16 0.651 at 1.3%). The heads before
+    # had 0.630 at 2.3%, 0.619 at 2.3% and 0.616 at 2.0% (int8); the weights before them
+    # 0.644 at 3.7% at the 0.925 they were served with, 0.533 at 2.7% placed at 0.955.
+    # 15,901 of the 54,117 training lines are in non-Latin scripts (4,833 of the 10,020 only
+    # the head has read, not the tuned layers). The 37,774-line weights had 0.689 at 10.7%
+    # (int8).
     # Floors: those numbers less a margin of a few examples.
     examples = load_examples(DATA_DIR / "test_scripts.jsonl")
     report = score(examples, classifier.check_inputs([ex.text for ex in examples]))

@@ -28,15 +28,17 @@ def test_int8_and_float32_classifiers_agree_on_validation() -> None:
     decisions = sum(x.decision == y.decision for x, y in zip(a, b, strict=True)) / len(texts)
     # Labels: the refuse threshold. Decisions add the caution band (from half the refuse
     # threshold up), where most differences are: allow vs allow with caution. On an AMD CPU
-    # (avx512 int8 kernels) the committed weights differ on 11 of 1,390 labels (0.992),
-    # decisions 0.968 (45 differ); earlier weights on 8 to 14 labels, decisions 0.967-0.974.
+    # (avx512 int8 kernels) the committed head's predecessor differed on 11 of 1,390 labels
+    # (0.992), decisions 0.968 (45 differ); on an Intel one the committed weights on 9 (0.994),
+    # decisions 0.975 (35); earlier weights on 8 to 14 labels, decisions 0.967-0.974.
     assert labels >= 0.985 and decisions >= 0.96, (labels, decisions)
     gap = max(
         abs(x.categories[c] - y.categories[c])
         for x, y in zip(a, b, strict=True)
         for c in x.categories
     )
-    # 0.18 at worst with the committed weights on an AMD CPU with avx512 int8 kernels. 0.31
+    # 0.18 at worst with the previous head on an AMD CPU with avx512 int8 kernels, 0.17 with
+    # the committed one on an Intel CPU. 0.31
     # with earlier ones where only avx2 kernels ran: a Spanish harassment request scored
     # harassment 0.58 in float32, 0.27 in int8, the rest of its unsafe score going to
     # privacy and violence. The unsafe score itself moved 0.12 at most.
