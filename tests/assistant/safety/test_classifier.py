@@ -71,8 +71,11 @@ NAMED_HARD_NEGATIVES = [
 ]
 
 
-# Every file of training lines.
-TRAINING_FILES = ("train.jsonl", "train_synth.jsonl")
+# Every file of training lines, and train_pending.jsonl when there is one: lines waiting for
+# the next retrain (training does not read it) must meet the same rules before they join.
+TRAINING_FILES = ("train.jsonl", "train_synth.jsonl") + tuple(
+    p.name for p in [DATA_DIR / "train_pending.jsonl"] if p.exists()
+)
 
 
 def test_held_out_split_is_never_trained_on() -> None:
