@@ -130,7 +130,7 @@ def test_held_out_split_does_not_regress(classifier) -> None:
     # false positives with int8 (CPUs without AMX), 0.939 at 0.8% with bfloat16 (AMX CPUs,
     # CUDA); weakest categories self-harm and fraud, 0.85. The heads before them (50,604
     # lines at 0.935, 49,721 at 0.940, 48,707 at 0.945) had 0.933, 0.930 and 0.933 at 0.6%
-    # (int8), 0.936 and 0.924 (bfloat16).
+    # with int8, 0.936, 0.924 and 0.924 with bfloat16.
     # The weights before those were served at 0.925 (placed on 1,091 val.jsonl lines): 0.944
     # at 0.8% (int8) here, but on the 1,390 lines that refused 2.6% of the benign; placed as
     # these are (0.955) they reached 0.927 at 0.8%, with the lower AUC and recall on both
