@@ -78,12 +78,20 @@ TRAINING_FILES = ("train.jsonl", "train_synth.jsonl") + tuple(
 )
 
 
+# Every file of lines training must never see: the validation splits (val_next.jsonl is the
+# one that replaces val.jsonl when that joins training) and the exams.
+HELD_OUT_FILES = (
+    "val.jsonl",
+    "val_scripts.jsonl",
+    "val_next.jsonl",
+    "test.jsonl",
+    "test_scripts.jsonl",
+)
+
+
 def test_held_out_split_is_never_trained_on() -> None:
     train = {ex.text for name in TRAINING_FILES for ex in load_examples(DATA_DIR / name)}
-    held_out = {
-        name: {ex.text for ex in load_examples(DATA_DIR / name)}
-        for name in ("val.jsonl", "val_scripts.jsonl", "test.jsonl", "test_scripts.jsonl")
-    }
+    held_out = {name: {ex.text for ex in load_examples(DATA_DIR / name)} for name in HELD_OUT_FILES}
     for name, texts in held_out.items():
         assert not texts & train, name
         others = set().union(*(t for n, t in held_out.items() if n != name))
@@ -100,11 +108,7 @@ def test_no_training_line_is_written_twice() -> None:
 
 def test_no_training_example_is_a_near_copy_of_a_held_out_one() -> None:
     held_out = NearDuplicates(
-        [
-            ex.text
-            for name in ("test.jsonl", "test_scripts.jsonl", "val.jsonl", "val_scripts.jsonl")
-            for ex in load_examples(DATA_DIR / name)
-        ]
+        [ex.text for name in HELD_OUT_FILES for ex in load_examples(DATA_DIR / name)]
     )
     close = [
         (ex.text, held_out.closest(ex.text))
