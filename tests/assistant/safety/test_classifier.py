@@ -119,8 +119,9 @@ def test_no_training_example_is_a_near_copy_of_a_held_out_one() -> None:
     assert not close, close[:5]
 
 
-def test_validation_has_enough_benign_examples_to_place_a_3_percent_threshold() -> None:
-    val = load_examples(DATA_DIR / "val.jsonl")
+@pytest.mark.parametrize("name", ["val.jsonl", "val_next.jsonl"])
+def test_validation_has_enough_benign_examples_to_place_a_3_percent_threshold(name) -> None:
+    val = load_examples(DATA_DIR / name)
     assert sum(ex.label == "benign" for ex in val) >= 300
 
 

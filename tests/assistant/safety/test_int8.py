@@ -38,10 +38,10 @@ def test_int8_and_float32_classifiers_agree_on_validation() -> None:
         for c in x.categories
     )
     # 0.18 at worst with the previous head on an AMD CPU with avx512 int8 kernels, 0.17 with
-    # the committed one on an Intel CPU. 0.31
-    # with earlier ones where only avx2 kernels ran: a Spanish harassment request scored
-    # harassment 0.58 in float32, 0.27 in int8, the rest of its unsafe score going to
-    # privacy and violence. The unsafe score itself moved 0.12 at most.
+    # the committed one on an Intel CPU. 0.31 with earlier ones where only avx2 kernels ran:
+    # a Spanish harassment request scored harassment 0.58 in float32, 0.27 in int8, the rest
+    # of its unsafe score going to privacy and violence. The unsafe score itself moved 0.12
+    # at most.
     assert gap < 0.35
 
 
